@@ -1,0 +1,194 @@
+"""The array backend: the only module in scratchformer that imports numpy or cupy.
+
+Everything else writes ``from scratchformer.backend import xp`` and calls ``xp.exp``,
+``xp.matmul`` and so on. ``xp`` is a thin proxy that forwards every attribute to the
+active array module, so switching the backend at run time is seen everywhere at once.
+
+    set_backend("numpy")            # the default
+    set_backend("cupy")             # or SCRATCHFORMER_BACKEND=cupy in the environment
+
+Dtype policy: parameters and activations are float32 by default; gradient checks run
+in float64 (``with precision("float64"): ...``). Integer token ids are int64.
+
+Randomness is always explicit: ``rng(seed)`` returns a generator of the active backend;
+nothing in the package draws from a global random state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+import numpy
+
+__all__ = [
+    "xp",
+    "np",
+    "set_backend",
+    "backend_name",
+    "cupy_available",
+    "asnumpy",
+    "asarray",
+    "get_dtype",
+    "set_dtype",
+    "precision",
+    "rng",
+    "host_rng",
+    "scatter_add",
+    "is_array",
+    "BackendError",
+]
+
+#: NumPy itself, for host-side work (data pipelines, checkpoints on disk).
+np = numpy
+
+
+class BackendError(RuntimeError):
+    """The requested backend cannot be used (CuPy not installed, or no GPU)."""
+
+
+_state: dict[str, Any] = {"name": "numpy", "module": numpy, "dtype": numpy.float32}
+
+
+class _ArrayModule:
+    """Forwards attribute access to the active array module (numpy or cupy)."""
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(_state["module"], attr)
+
+    def __repr__(self) -> str:
+        return f"<scratchformer array module: {_state['name']}>"
+
+
+#: The active array module. Use it as you would use ``numpy``.
+xp = _ArrayModule()
+
+
+def _import_cupy():
+    try:
+        import cupy  # noqa: PLC0415  (imported lazily: a CPU install has no cupy)
+    except ImportError as e:
+        raise BackendError(
+            "the cupy backend needs CuPy: pip install 'scratchformer[gpu]' "
+            f"(cupy-cuda12x), or a CuPy build matching your CUDA ({e})"
+        ) from None
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CUDA driver missing or broken
+        raise BackendError(f"CuPy is installed but no usable GPU was found ({e})") from None
+    if n < 1:
+        raise BackendError("CuPy is installed but no GPU is visible")
+    return cupy
+
+
+def cupy_available() -> bool:
+    """True when CuPy imports and at least one GPU is visible."""
+    try:
+        _import_cupy()
+    except BackendError:
+        return False
+    return True
+
+
+def set_backend(name: str) -> None:
+    """Select the array module: ``"numpy"`` or ``"cupy"``.
+
+    Arrays made under one backend are not converted: build models after choosing.
+    """
+    name = name.lower()
+    if name == "numpy":
+        _state.update(name="numpy", module=numpy)
+    elif name == "cupy":
+        _state.update(name="cupy", module=_import_cupy())
+    else:
+        raise BackendError(f"unknown backend {name!r}: expected 'numpy' or 'cupy'")
+
+
+def backend_name() -> str:
+    """The name of the active backend, ``"numpy"`` or ``"cupy"``."""
+    return _state["name"]
+
+
+def get_dtype():
+    """The floating dtype new parameters and activations are created with."""
+    return _state["dtype"]
+
+
+def set_dtype(dtype) -> None:
+    """Set the default floating dtype (``"float32"`` or ``"float64"``)."""
+    dt = numpy.dtype(dtype)
+    if dt not in (numpy.float16, numpy.float32, numpy.float64):
+        raise ValueError(f"unsupported floating dtype {dt}: use float32 or float64")
+    _state["dtype"] = dt.type
+
+
+@contextlib.contextmanager
+def precision(dtype):
+    """Temporarily change the default dtype: ``with precision("float64"): ...``."""
+    old = _state["dtype"]
+    set_dtype(dtype)
+    try:
+        yield
+    finally:
+        _state["dtype"] = old
+
+
+def is_array(x) -> bool:
+    """True for an ndarray of the active backend (or a NumPy array)."""
+    return isinstance(x, numpy.ndarray) or (
+        _state["name"] == "cupy" and type(x).__module__.startswith("cupy")
+    )
+
+
+def asnumpy(x):
+    """Copy an array to the host as a NumPy array (a no-op for NumPy arrays)."""
+    if isinstance(x, numpy.ndarray):
+        return x
+    if hasattr(x, "get"):  # cupy.ndarray
+        return x.get()
+    return numpy.asarray(x)
+
+
+def asarray(x, dtype=None):
+    """Move ``x`` to the active backend (host -> device for CuPy)."""
+    return _state["module"].asarray(x, dtype=dtype)
+
+
+def rng(seed=None):
+    """A random generator of the active backend (``numpy.random.Generator`` or CuPy's)."""
+    return _state["module"].random.default_rng(seed)
+
+
+def host_rng(seed=None) -> numpy.random.Generator:
+    """A NumPy generator: for data order and initialisation, which happen on the host."""
+    return numpy.random.default_rng(seed)
+
+
+def scatter_add(target, indices, values) -> None:
+    """``target[indices[i]] += values[i]`` with repeated indices accumulating, in place.
+
+    ``target`` (V, D), ``indices`` (N,) int, ``values`` (N, D). Plain ``target[idx] += v``
+    keeps only one of the repeated rows, which is the classic embedding-gradient bug.
+    NumPy: sort the ids, sum each run of equal ids with ``add.reduceat``, then one
+    fancy-index add of unique rows (``np.add.at`` does the same but is many times
+    slower). CuPy: ``cupyx.scatter_add`` (atomic adds).
+    """
+    if _state["name"] == "cupy":
+        import cupyx  # noqa: PLC0415
+
+        cupyx.scatter_add(target, indices, values)
+        return
+    # Sort the ids once, sum each run of equal ids with reduceat, add each sum once.
+    order = numpy.argsort(indices, kind="stable")
+    sorted_ids = indices[order]
+    starts = numpy.flatnonzero(numpy.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+    if starts.size == 0:
+        return
+    sums = numpy.add.reduceat(values[order], starts, axis=0)
+    target[sorted_ids[starts]] += sums
+
+
+_env = os.environ.get("SCRATCHFORMER_BACKEND")
+if _env:
+    set_backend(_env)

@@ -1,0 +1,79 @@
+"""Errors and input checks that name the problem.
+
+Bad input should fail at the boundary with a sentence a user can act on ("token id 812
+out of range for vocabulary of 800 in src"), never with a NumPy broadcasting traceback
+from deep inside a backward pass.
+"""
+
+from __future__ import annotations
+
+from scratchformer.backend import xp
+
+
+class ScratchformerError(ValueError):
+    """Base class for every input error raised by scratchformer."""
+
+
+class ShapeError(ScratchformerError):
+    """An array has the wrong rank or shape."""
+
+
+class TokenError(ScratchformerError):
+    """A token id is out of range, negative, or of a non-integer dtype."""
+
+
+class SequenceTooLongError(ScratchformerError):
+    """A sequence is longer than the positions the model supports."""
+
+
+class StateDictError(ScratchformerError):
+    """A state dict has missing, unexpected or mis-shaped entries."""
+
+
+def check_rank(x, ndim: int, name: str, dims: str) -> None:
+    """Raise ShapeError unless ``x`` has ``ndim`` axes; ``dims`` names them, e.g. "(B, T)"."""
+    if not hasattr(x, "ndim") or x.ndim != ndim:
+        got = getattr(x, "shape", type(x).__name__)
+        raise ShapeError(f"{name} must have shape {dims} (rank {ndim}), got {got}")
+
+
+def check_last_dim(x, size: int, name: str) -> None:
+    """Raise ShapeError unless the last axis of ``x`` has length ``size``."""
+    if x.shape[-1] != size:
+        raise ShapeError(f"{name} must have last dimension {size}, got shape {tuple(x.shape)}")
+
+
+def check_token_ids(ids, vocab_size: int, name: str) -> None:
+    """Token ids must be integers in [0, vocab_size)."""
+    if ids.dtype.kind not in "iu":
+        raise TokenError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+    if ids.size == 0:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0:
+        raise TokenError(f"{name} holds a negative token id ({lo})")
+    if hi >= vocab_size:
+        raise TokenError(
+            f"{name} holds token id {hi}, out of range for a vocabulary of {vocab_size}"
+        )
+
+
+def check_length(length: int, max_len: int, name: str) -> None:
+    """A sequence of ``length`` positions must fit the model's ``max_len``."""
+    if length > max_len:
+        raise SequenceTooLongError(
+            f"{name} has length {length}, longer than the {max_len} positions this model "
+            "supports (config.max_len)"
+        )
+
+
+def check_same_batch(a, b, name_a: str, name_b: str) -> None:
+    """Two (B, ...) arrays must agree on the batch size."""
+    if a.shape[0] != b.shape[0]:
+        raise ShapeError(
+            f"{name_a} and {name_b} disagree on batch size: {a.shape[0]} vs {b.shape[0]}"
+        )
+
+
+def is_integer_array(x) -> bool:
+    return hasattr(x, "dtype") and xp.dtype(x.dtype).kind in "iu"

@@ -1,0 +1,164 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need".
+
+    memory = Encoder(E[src] * sqrt(D))
+    h      = Decoder(E[tgt_in] * sqrt(D), memory)
+    logits = h E^T                      (the output projection shares E, unscaled)
+    loss   = label-smoothed cross-entropy(logits, tgt_out), mean over non-pad tokens
+
+Dimension key: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` d_model,
+``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from scratchformer import backend
+from scratchformer.errors import (
+    ShapeError,
+    check_length,
+    check_rank,
+    check_same_batch,
+    check_token_ids,
+)
+from scratchformer.models.config import TransformerConfig
+from scratchformer.nn.layers import Embedding, Linear
+from scratchformer.nn.module import Module
+from scratchformer.nn.transformer import Decoder, Encoder, StackCache
+from scratchformer.ops.attention import causal_mask
+from scratchformer.ops.embedding import EmbeddingCache
+from scratchformer.ops.linear import LinearCache
+from scratchformer.ops.loss import LossCache, cross_entropy_backward, cross_entropy_forward
+
+
+class TransformerCache(NamedTuple):
+    src_embed: EmbeddingCache  # src (B, S) ids
+    encoder: StackCache  # memory (B, S, D)
+    tgt_embed: EmbeddingCache  # tgt_in (B, T) ids
+    decoder: StackCache  # h (B, T, D)
+    output: LinearCache  # h (B, T, D) @ E^T (or @ W)
+
+
+class TransformerLossCache(NamedTuple):
+    model: TransformerCache
+    loss: LossCache  # P (B, T, V), targets, padding mask, n_tokens
+
+
+def padding_mask(ids, pad_id: int):
+    """ids (B, L)  ->  bool (B, 1, 1, L), True at real tokens (keys that may be attended)."""
+    return (ids != pad_id)[:, None, None, :]
+
+
+def decoder_self_mask(tgt_in, pad_id: int):
+    """(B, 1, T, T): causal (key s <= query t) and key not padding."""
+    T = tgt_in.shape[1]
+    return causal_mask(T)[None, None, :, :] & padding_mask(tgt_in, pad_id)
+
+
+class Transformer(Module):
+    """Parameter names (``model.parameters()``), with ``share_embeddings="all"``:
+
+    ``embed.E``                                   (V, D) tokens, source, target and output
+    ``encoder.pos.P`` / ``decoder.pos.P``         (max_len, D) learned positions only
+    ``encoder.layers.{i}.self_attn.W_q|W_k|W_v|W_o``
+    ``encoder.layers.{i}.self_attn_norm.gamma|beta``
+    ``encoder.layers.{i}.ffn.W_1|b_1|W_2|b_2``, ``...ffn_norm.gamma|beta``
+    ``decoder.layers.{i}.self_attn...``, ``...cross_attn...``, ``...ffn...`` likewise
+    ``encoder.norm.gamma|beta``, ``decoder.norm.gamma|beta``   pre-LN only
+    ``share_embeddings="decoder"``: ``src_embed.E`` and ``embed.E`` (target and output);
+    ``"none"``: ``src_embed.E``, ``embed.E`` (target) and ``out_proj.W`` (D, V).
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = cfg = config
+        rng = backend.host_rng(cfg.seed)
+        scale = math.sqrt(cfg.d_model)
+        self.embed = Embedding(cfg.vocab_size, cfg.d_model, cfg.pad_id, scale, rng)
+        if cfg.share_embeddings == "all":
+            self.src_embed = self.embed
+        else:
+            self.src_embed = Embedding(cfg.src_vocab, cfg.d_model, cfg.pad_id, scale, rng)
+        self.out_proj = (
+            Linear(cfg.d_model, cfg.vocab_size, bias=False, rng=rng)
+            if cfg.share_embeddings == "none"
+            else None
+        )
+        self.encoder = Encoder(cfg, cfg.N, rng)
+        self.decoder = Decoder(cfg, cfg.n_dec, rng)
+
+    # -- input checks -------------------------------------------------------------------
+    def _check_ids(self, ids, name, vocab):
+        check_rank(ids, 2, name, "(B, L)")
+        check_token_ids(ids, vocab, name)
+        check_length(ids.shape[1], self.config.max_len, name)
+        if ids.shape[1] == 0:
+            raise ShapeError(f"{name} is empty (length 0)")
+
+    def check_inputs(self, src, tgt_in, tgt_out=None):
+        self._check_ids(src, "src", self.config.src_vocab)
+        self._check_ids(tgt_in, "tgt_in", self.config.vocab_size)
+        check_same_batch(src, tgt_in, "src", "tgt_in")
+        if tgt_out is not None:
+            check_rank(tgt_out, 2, "tgt_out", "(B, T)")
+            if tgt_out.shape != tgt_in.shape:
+                raise ShapeError(
+                    f"tgt_out {tuple(tgt_out.shape)} must have the shape of tgt_in "
+                    f"{tuple(tgt_in.shape)}"
+                )
+            check_token_ids(tgt_out, self.config.vocab_size, "tgt_out")
+
+    # -- forward / backward ---------------------------------------------------------------
+    def encode(self, src, rng=None):
+        """src (B, S) ids  ->  memory (B, S, D), the source mask, and the caches."""
+        src_mask = padding_mask(src, self.config.pad_id)
+        x, c_emb = self.src_embed.forward(src)
+        memory, c_enc = self.encoder.forward(x, src_mask, rng)
+        return memory, src_mask, c_emb, c_enc
+
+    def forward(self, src, tgt_in, rng=None):
+        """src (B, S), tgt_in (B, T) int ids  ->  logits (B, T, V), cache.
+
+        ``rng`` turns dropout on (training); leave it out for evaluation.
+        """
+        self.check_inputs(src, tgt_in)
+        memory, src_mask, c_src, c_enc = self.encode(src, rng)
+        y, c_tgt = self.embed.forward(tgt_in)
+        self_mask = decoder_self_mask(tgt_in, self.config.pad_id)
+        h, c_dec = self.decoder.forward(y, memory, self_mask, src_mask, rng)
+        if self.out_proj is None:
+            logits, c_out = self.embed.project(h)
+        else:
+            logits, c_out = self.out_proj.forward(h)
+        return logits, TransformerCache(c_src, c_enc, c_tgt, c_dec, c_out)
+
+    def backward(self, dlogits, cache: TransformerCache):
+        """dlogits (B, T, V): adds into every parameter's gradient."""
+        if self.out_proj is None:
+            dh = self.embed.project_backward(dlogits, cache.output)
+        else:
+            dh = self.out_proj.backward(dlogits, cache.output)
+        dy, dmemory = self.decoder.backward(dh, cache.decoder)
+        self.embed.backward(dy, cache.tgt_embed)
+        dx = self.encoder.backward(dmemory, cache.encoder)
+        self.src_embed.backward(dx, cache.src_embed)
+
+    def loss_forward(self, src, tgt_in, tgt_out, rng=None, eps_ls=None):
+        """Label-smoothed cross-entropy, mean over non-pad target tokens.
+
+        src (B, S), tgt_in (B, T) (bos + target), tgt_out (B, T) (target + eos, padded)
+        -> loss (scalar array), cache. ``eps_ls`` defaults to the config's.
+        """
+        self.check_inputs(src, tgt_in, tgt_out)
+        logits, c_model = self.forward(src, tgt_in, rng)
+        eps = self.config.eps_ls if eps_ls is None else eps_ls
+        loss, c_loss = cross_entropy_forward(logits, tgt_out, eps, self.config.pad_id)
+        return loss, TransformerLossCache(c_model, c_loss)
+
+    def loss_backward(self, cache: TransformerLossCache, dloss=1.0):
+        """Back-propagates ``dloss * loss`` into every parameter's gradient."""
+        self.backward(cross_entropy_backward(dloss, cache.loss), cache.model)
+
+
+__all__ = ["Transformer", "TransformerConfig", "padding_mask", "decoder_self_mask"]

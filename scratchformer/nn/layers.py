@@ -1,0 +1,256 @@
+"""Basic modules: Linear, Embedding, PositionalEncoding, LayerNorm, AddNorm, Dropout,
+PositionwiseFeedForward.
+
+Dimension key: ``B`` batch, ``T`` length, ``D`` d_model, ``F`` d_ff, ``V`` vocabulary,
+``L`` max_len.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from scratchformer import backend
+from scratchformer.backend import xp
+from scratchformer.nn.module import Module, normal, xavier_uniform
+from scratchformer.ops.activations import ACTIVATIONS
+from scratchformer.ops.dropout import DropoutCache, dropout_backward, dropout_forward
+from scratchformer.ops.embedding import EmbeddingCache, embedding_backward, embedding_forward
+from scratchformer.ops.layernorm import LayerNormCache, layernorm_backward, layernorm_forward
+from scratchformer.ops.linear import LinearCache, linear_backward, linear_forward
+from scratchformer.ops.positional import (
+    PositionalCache,
+    positional_backward,
+    positional_forward,
+    sinusoidal_table,
+)
+
+
+class Linear(Module):
+    """``y = x W + b``; parameters ``W`` (D_in, D_out) and ``b`` (D_out,)."""
+
+    def __init__(self, d_in: int, d_out: int, bias: bool = True, rng=None):
+        super().__init__()
+        rng = rng or backend.host_rng(0)
+        self.add_parameter("W", xavier_uniform(rng, d_in, d_out))
+        if bias:
+            self.add_parameter("b", xp.zeros(d_out))
+
+    def forward(self, x):
+        return linear_forward(x, self.params["W"], self.params.get("b"))
+
+    def backward(self, dout, cache: LinearCache):
+        dx, dW, db = linear_backward(dout, cache)
+        self.grads["W"] += dW
+        if db is not None:
+            self.grads["b"] += db
+        return dx
+
+
+
+class Embedding(Module):
+    """Token embedding ``E`` (V, D), scaled by ``scale`` (the paper's sqrt(d_model)).
+
+    The same matrix can serve as the pre-softmax projection (``project``), as the paper
+    ties them: both uses add into ``grads["E"]``, each from its own cache.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, pad_id=None, scale=1.0, rng=None):
+        super().__init__()
+        rng = rng or backend.host_rng(0)
+        E = normal(rng, d_model**-0.5, (vocab_size, d_model))
+        if pad_id is not None:
+            E[pad_id] = 0.0
+        self.add_parameter("E", E)
+        self.vocab_size, self.d_model, self.pad_id, self.scale = vocab_size, d_model, pad_id, scale
+
+    def forward(self, ids):
+        """ids (B, T) int  ->  (B, T, D) = E[ids] * scale."""
+        out, cache = embedding_forward(ids, self.params["E"], self.pad_id)
+        if self.scale != 1.0:
+            out = out * self.scale
+        return out, cache
+
+    def backward(self, dout, cache: EmbeddingCache):
+        if self.scale != 1.0:
+            dout = dout * self.scale
+        self.grads["E"] += embedding_backward(dout, cache)
+
+    def project(self, h):
+        """Tied output projection: h (B, T, D)  ->  logits (B, T, V) = h E^T (unscaled)."""
+        return linear_forward(h, self.params["E"].T)
+
+    def project_backward(self, dlogits, cache: LinearCache):
+        """``dh = dlogits E``; ``dE += dlogits^T h`` (the transpose of linear's dW)."""
+        dh, dET, _ = linear_backward(dlogits, cache)
+        self.grads["E"] += dET.T
+        return dh
+
+
+class PositionalEncoding(Module):
+    """Adds positions: the paper's sinusoids (a constant) or a learned table ``P`` (L, D)."""
+
+    def __init__(self, max_len: int, d_model: int, kind: str = "sinusoidal", rng=None):
+        super().__init__()
+        self.max_len, self.kind = max_len, kind
+        if kind == "sinusoidal":
+            self.table = sinusoidal_table(max_len, d_model, backend.get_dtype())
+        elif kind == "learned":
+            rng = rng or backend.host_rng(0)
+            self.add_parameter("P", normal(rng, d_model**-0.5, (max_len, d_model)))
+        else:
+            raise ValueError(f"unknown positions {kind!r}: expected 'sinusoidal' or 'learned'")
+
+    def _P(self):
+        return self.params["P"] if self.kind == "learned" else self.table
+
+    def forward(self, x, offset: int = 0):
+        """x (B, T, D)  ->  x + P[offset : offset + T]."""
+        return positional_forward(x, self._P(), offset)
+
+    def backward(self, dout, cache: PositionalCache):
+        dx, dP = positional_backward(dout, cache)
+        if self.kind == "learned":
+            self.grads["P"] += dP
+        return dx
+
+
+class LayerNorm(Module):
+    """``gamma * (x - mean) / sqrt(var + eps) + beta`` over the last axis."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.add_parameter("gamma", xp.ones(d_model))
+        self.add_parameter("beta", xp.zeros(d_model))
+
+    def forward(self, x):
+        return layernorm_forward(x, self.params["gamma"], self.params["beta"], self.eps)
+
+    def backward(self, dout, cache: LayerNormCache):
+        dx, dgamma, dbeta = layernorm_backward(dout, cache)
+        self.grads["gamma"] += dgamma
+        self.grads["beta"] += dbeta
+        return dx
+
+
+class Dropout(Module):
+    """Inverted dropout with rate ``p``; on only when the caller passes a generator."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x, rng=None):
+        return dropout_forward(x, self.p, rng)
+
+    def backward(self, dout, cache: DropoutCache):
+        return dropout_backward(dout, cache)
+
+
+class AddNormCache(NamedTuple):
+    norm: LayerNormCache | None  # the LayerNorm of this step (None if it had none)
+    dropout: DropoutCache | None  # the residual dropout (exit step only)
+
+
+class AddNorm(LayerNorm):
+    """The paper's "Add & Norm" around a sub-layer, post-LN or pre-LN.
+
+    post-LN (the paper):  y = LayerNorm(x + Dropout(Sublayer(x)))
+    pre-LN:               y = x + Dropout(Sublayer(LayerNorm(x)))
+
+    Used in two steps around the sub-layer so that any sub-layer fits:
+
+        s_in, c_in = addnorm.enter(x)               # LayerNorm(x) (pre) or x (post)
+        s, c_s = sublayer(s_in)
+        y, c_out = addnorm.exit(x, s, rng)          # x + Dropout(s), normed if post
+        ...
+        dx, ds = addnorm.exit_backward(dy, c_out)   # residual path and sub-layer path
+        dx += addnorm.enter_backward(sublayer_backward(ds, c_s), c_in)
+    """
+
+    def __init__(self, d_model: int, p_drop: float, norm_first: bool, eps: float = 1e-5):
+        super().__init__(d_model, eps)
+        self.norm_first = norm_first
+        self.dropout = Dropout(p_drop)
+
+    def enter(self, x):
+        if self.norm_first:
+            s_in, c = LayerNorm.forward(self, x)
+            return s_in, AddNormCache(c, None)
+        return x, AddNormCache(None, None)
+
+    def enter_backward(self, ds_in, cache: AddNormCache):
+        if self.norm_first:
+            return LayerNorm.backward(self, ds_in, cache.norm)
+        return ds_in
+
+    def exit(self, x, s, rng=None):
+        s_drop, c_drop = self.dropout.forward(s, rng)
+        r = x + s_drop
+        if self.norm_first:
+            return r, AddNormCache(None, c_drop)
+        y, c_norm = LayerNorm.forward(self, r)
+        return y, AddNormCache(c_norm, c_drop)
+
+    def exit_backward(self, dy, cache: AddNormCache):
+        """Returns ``(dx, ds)``: the residual path's gradient and the sub-layer output's."""
+        dr = dy if self.norm_first else LayerNorm.backward(self, dy, cache.norm)
+        return dr, self.dropout.backward(dr, cache.dropout)
+
+
+class FeedForwardCache(NamedTuple):
+    lin1: LinearCache  # x (B, T, D)
+    act: object  # activation cache (ReLU mask or GELU inputs)
+    drop: DropoutCache  # activation dropout (off by default, as in the paper)
+    lin2: LinearCache  # hidden (B, T, F)
+
+
+class PositionwiseFeedForward(Module):
+    """``FFN(x) = act(x W_1 + b_1) W_2 + b_2`` (section 3.3), applied at every position."""
+
+    def __init__(self, d_model, d_ff, activation="relu", p_act_drop=0.0, rng=None):
+        super().__init__()
+        rng = rng or backend.host_rng(0)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}: expected one of {list(ACTIVATIONS)}")
+        self.act_forward, self.act_backward = ACTIVATIONS[activation]
+        self.dropout = Dropout(p_act_drop)
+        self.add_parameter("W_1", xavier_uniform(rng, d_model, d_ff))
+        self.add_parameter("b_1", xp.zeros(d_ff))
+        self.add_parameter("W_2", xavier_uniform(rng, d_ff, d_model))
+        self.add_parameter("b_2", xp.zeros(d_model))
+
+    def forward(self, x, rng=None):
+        """x (B, T, D)  ->  (B, T, D)."""
+        p = self.params
+        u, c1 = linear_forward(x, p["W_1"], p["b_1"])  # (B, T, F)
+        a, c_act = self.act_forward(u)
+        a, c_drop = self.dropout.forward(a, rng)
+        out, c2 = linear_forward(a, p["W_2"], p["b_2"])  # (B, T, D)
+        return out, FeedForwardCache(c1, c_act, c_drop, c2)
+
+    def backward(self, dout, cache: FeedForwardCache):
+        g = self.grads
+        da, dW_2, db_2 = linear_backward(dout, cache.lin2)
+        da = self.dropout.backward(da, cache.drop)
+        du = self.act_backward(da, cache.act)
+        dx, dW_1, db_1 = linear_backward(du, cache.lin1)
+        g["W_2"] += dW_2
+        g["b_2"] += db_2
+        g["W_1"] += dW_1
+        g["b_1"] += db_1
+        return dx
+
+
+__all__ = [
+    "AddNorm",
+    "Dropout",
+    "Embedding",
+    "LayerNorm",
+    "Linear",
+    "PositionalEncoding",
+    "PositionwiseFeedForward",
+
+]

@@ -1,0 +1,155 @@
+"""Module: owns named parameters and their gradients, never activations.
+
+    out, cache = module.forward(x, ...)     # cache: everything backward needs
+    dx = module.backward(dout, cache)       # ADDS into module.grads[...]
+
+Parameters live in ``self.params`` (name -> array) and their gradients in
+``self.grads`` (same names, same shapes). Sub-modules assigned as attributes are found
+automatically and give dotted names: ``encoder.layers.0.self_attn.W_q``. A module used
+in several places (the tied embedding) is named once, at its first path.
+
+Parameters are always updated in place (the optimizer writes ``p -= ...``,
+``load_state_dict`` writes ``p[...] = value``), so references held elsewhere stay valid.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scratchformer import backend
+from scratchformer.backend import xp
+from scratchformer.errors import StateDictError
+
+
+class Module:
+    def __init__(self):
+        object.__setattr__(self, "params", {})
+        object.__setattr__(self, "grads", {})
+        object.__setattr__(self, "_modules", {})
+
+    def __setattr__(self, name, value):
+        if isinstance(value, Module):
+            self._modules[name] = value
+        elif name in self._modules:  # re-assigning a sub-module slot to None or a value
+            del self._modules[name]
+        object.__setattr__(self, name, value)
+
+    # -- parameters ---------------------------------------------------------------------
+    def add_parameter(self, name: str, value):
+        """Register ``value`` (host or device array) as a parameter in the default dtype."""
+        value = backend.asarray(value, dtype=backend.get_dtype())
+        self.params[name] = value
+        self.grads[name] = xp.zeros_like(value)
+        return value
+
+    def named_modules(self, prefix: str = "", _seen=None):
+        """Yield ``(dotted_name, module)`` for this module and every sub-module, once each."""
+        seen = set() if _seen is None else _seen
+        if id(self) in seen:
+            return
+        seen.add(id(self))
+        yield prefix, self
+        for name, child in self._modules.items():
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name, seen)
+
+    def parameters(self) -> dict:
+        """Flat ``{dotted name: parameter array}`` (live references, not copies)."""
+        return {
+            f"{mname}.{pname}" if mname else pname: p
+            for mname, m in self.named_modules()
+            for pname, p in m.params.items()
+        }
+
+    def gradients(self) -> dict:
+        """Flat ``{dotted name: gradient array}``, the same names as ``parameters()``."""
+        return {
+            f"{mname}.{pname}" if mname else pname: g
+            for mname, m in self.named_modules()
+            for pname, g in m.grads.items()
+        }
+
+    def num_parameters(self) -> int:
+        return sum(int(p.size) for p in self.parameters().values())
+
+    def astype(self, dtype) -> Module:
+        """Convert every floating array held by every sub-module (parameters, gradients,
+        constant tables such as the sinusoids) to ``dtype``, in place; returns self.
+
+        Used to run a float32 model's gradient check in float64 (on a deep copy).
+        """
+        for _, m in self.named_modules():
+            for store in (m.params, m.grads):
+                for k, v in store.items():
+                    store[k] = v.astype(dtype)
+            for k, v in vars(m).items():
+                if backend.is_array(v) and v.dtype.kind == "f":
+                    object.__setattr__(m, k, v.astype(dtype))
+        return self
+
+    def zero_grad(self) -> None:
+        """Set every gradient to zero (backward only ever adds)."""
+        for g in self.gradients().values():
+            g.fill(0)
+
+    # -- state dict ---------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Flat ``{name: numpy array}`` host copies of every parameter."""
+        return {k: backend.asnumpy(v).copy() for k, v in self.parameters().items()}
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        """Copy ``state`` into the parameters in place. Keys and shapes must match exactly;
+        with ``strict=False`` missing and unexpected keys are allowed (shapes still checked).
+        """
+        params = self.parameters()
+        missing = sorted(set(params) - set(state))
+        unexpected = sorted(set(state) - set(params))
+        if strict and (missing or unexpected):
+            parts = []
+            if missing:
+                parts.append(f"missing keys {missing[:8]}{' ...' if len(missing) > 8 else ''}")
+            if unexpected:
+                parts.append(
+                    f"unexpected keys {unexpected[:8]}{' ...' if len(unexpected) > 8 else ''}"
+                )
+            raise StateDictError("state dict does not match the model: " + "; ".join(parts))
+        bad = [
+            f"{k}: model {tuple(params[k].shape)} vs state {tuple(state[k].shape)}"
+            for k in params
+            if k in state and tuple(params[k].shape) != tuple(state[k].shape)
+        ]
+        if bad:
+            raise StateDictError("state dict shapes do not match the model: " + "; ".join(bad))
+        for k, p in params.items():
+            if k in state:
+                p[...] = backend.asarray(state[k], dtype=p.dtype)
+
+
+class ModuleList(Module):
+    """A list of modules named ``0``, ``1``, ... in dotted names."""
+
+    def __init__(self, modules):
+        super().__init__()
+        self._items = []
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
+            self._items.append(m)
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+    def __getitem__(self, i):
+        return self._items[i]
+
+
+# -- initialisation (on the host, seeded, then moved to the backend) -------------------
+def xavier_uniform(rng, fan_in: int, fan_out: int, shape=None):
+    """U(-a, a), a = sqrt(6 / (fan_in + fan_out)) (Glorot and Bengio, 2010)."""
+    a = math.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-a, a, size=shape or (fan_in, fan_out))
+
+
+def normal(rng, std: float, shape):
+    return rng.normal(0.0, std, size=shape)

@@ -1,0 +1,38 @@
+"""Inverted dropout: zero each entry with probability ``p``, scale survivors by 1/(1-p).
+
+The mask lives in the cache, never on a module, so one Dropout used by several
+sub-layers (or called twice) still back-propagates through the right mask, and a
+gradient check can replay it by reseeding the generator.
+
+Derivation: docs/derivations.md#dropout.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class DropoutCache(NamedTuple):
+    mask: object  # same shape as x: 0 or 1/(1-p); None when dropout was off
+
+
+def dropout_forward(x, p: float, rng=None):
+    """``out = x * m``, ``m = Bernoulli(1-p) / (1-p)``; identity when ``rng`` is None or p == 0.
+
+    Passing a generator is what turns dropout on: evaluation simply passes none.
+    """
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    if rng is None or p == 0.0:
+        return x, DropoutCache(None)
+    keep = rng.random(x.shape, dtype=x.dtype) >= p
+    mask = keep.astype(x.dtype)
+    mask *= 1.0 / (1.0 - p)
+    return x * mask, DropoutCache(mask)
+
+
+def dropout_backward(dout, cache: DropoutCache):
+    """``dx = dout * m`` (the same mask as the forward)."""
+    if cache.mask is None:
+        return dout
+    return dout * cache.mask

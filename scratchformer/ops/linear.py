@@ -1,0 +1,43 @@
+"""Linear (affine) map: ``out = x W + b``.
+
+Dimension key: ``N`` any leading dims, ``D_in`` input features, ``D_out`` output features.
+Derivation: docs/derivations.md#linear.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from scratchformer.backend import xp
+
+
+class LinearCache(NamedTuple):
+    x: object  # (..., D_in) the input, needed for dW
+    W: object  # (D_in, D_out) the weight, needed for dx
+    has_bias: bool
+
+
+def linear_forward(x, W, b=None):
+    """``out = x @ W + b``.
+
+    x (..., D_in), W (D_in, D_out), b (D_out,) or None  ->  out (..., D_out).
+    """
+    out = x @ W
+    if b is not None:
+        out += b
+    return out, LinearCache(x, W, b is not None)
+
+
+def linear_backward(dout, cache: LinearCache):
+    """``dx = dout W^T``, ``dW = x^T dout`` (summed over all leading dims), ``db = sum dout``.
+
+    Returns ``(dx, dW, db)``; ``db`` is None when the forward had no bias.
+    """
+    x, W, has_bias = cache
+    d_in, d_out = W.shape
+    dx = dout @ W.T  # (..., D_in)
+    x2 = x.reshape(-1, d_in)  # (N, D_in)
+    dout2 = dout.reshape(-1, d_out)  # (N, D_out)
+    dW = x2.T @ dout2  # (D_in, D_out)
+    db = dout2.sum(axis=0) if has_bias else None
+    return dx, dW, db
