@@ -130,8 +130,9 @@ def numeric_gradient(f, x, indices, h: float = DEFAULT_H):
     return out
 
 
-def check_gradients(f, arrays: dict, analytic: dict, *, h=DEFAULT_H, tol=DEFAULT_TOL,
-                    max_entries=None, seed=0) -> GradReport:
+def check_gradients(
+    f, arrays: dict, analytic: dict, *, h=DEFAULT_H, tol=DEFAULT_TOL, max_entries=None, seed=0
+) -> GradReport:
     """The engine: ``f()`` reads ``arrays`` (name -> float64 array, perturbed in place and
     restored); ``analytic`` holds the backward pass's gradient for each name."""
     sampler = backend.host_rng(seed)
@@ -187,8 +188,9 @@ def _arg_names(fn, n):
 
 
 # -- the three entry points ----------------------------------------------------------------
-def check_op(forward, backward, *args, tol=DEFAULT_TOL, h=DEFAULT_H, max_entries=None,
-             seed=0, **kwargs) -> GradReport:
+def check_op(
+    forward, backward, *args, tol=DEFAULT_TOL, h=DEFAULT_H, max_entries=None, seed=0, **kwargs
+) -> GradReport:
     """Check an op pair. ``backward(dout, cache)`` must return the gradients of the
     floating-point positional ``args`` in order (integer ids, masks and None are passed
     through and not checked)."""
@@ -210,8 +212,17 @@ def check_op(forward, backward, *args, tol=DEFAULT_TOL, h=DEFAULT_H, max_entries
     return check_gradients(f, arrays, analytic, h=h, tol=tol, max_entries=max_entries, seed=seed)
 
 
-def check_module(module, *args, tol=DEFAULT_TOL, h=DEFAULT_H, max_entries=None, seed=0,
-                 inputs=True, params=True, **kwargs) -> GradReport:
+def check_module(
+    module,
+    *args,
+    tol=DEFAULT_TOL,
+    h=DEFAULT_H,
+    max_entries=None,
+    seed=0,
+    inputs=True,
+    params=True,
+    **kwargs,
+) -> GradReport:
     """Check a module's input gradients (floating-point positional args, in the order
     ``backward`` returns them) and every parameter (``params.`` names). The module is
     deep-copied and cast to float64 first."""
@@ -241,8 +252,20 @@ def check_module(module, *args, tol=DEFAULT_TOL, h=DEFAULT_H, max_entries=None, 
     return check_gradients(f, arrays, analytic, h=h, tol=tol, max_entries=max_entries, seed=seed)
 
 
-def check_model(model, src, tgt_in, tgt_out, *, rng=None, eps_ls=None, tol=DEFAULT_TOL,
-                h=DEFAULT_H, max_entries=20, seed=0, names=None) -> GradReport:
+def check_model(
+    model,
+    src,
+    tgt_in,
+    tgt_out,
+    *,
+    rng=None,
+    eps_ls=None,
+    tol=DEFAULT_TOL,
+    h=DEFAULT_H,
+    max_entries=20,
+    seed=0,
+    names=None,
+) -> GradReport:
     """Check every parameter of a whole encoder-decoder's label-smoothed loss.
 
     ``rng=<int>`` turns dropout on with replayed masks. Large tensors are checked on a

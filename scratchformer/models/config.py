@@ -54,8 +54,14 @@ class TransformerConfig:
                 raise ValueError(f"invalid TransformerConfig: {msg}")
 
         need(self.vocab_size >= 2, f"vocab_size must be >= 2, got {self.vocab_size}")
-        need(self.N >= 0 and self.n_dec >= 1, f"need N >= 0 and N_dec >= 1, got {self.N}, {self.n_dec}")
-        need(self.d_model > 0 and self.d_ff > 0 and self.h > 0, "d_model, d_ff and h must be positive")
+        need(
+            self.N >= 0 and self.n_dec >= 1,
+            f"need N >= 0 and N_dec >= 1, got {self.N}, {self.n_dec}",
+        )
+        need(
+            self.d_model > 0 and self.d_ff > 0 and self.h > 0,
+            "d_model, d_ff and h must be positive",
+        )
         need(
             self.d_k is not None or self.d_model % self.h == 0,
             f"d_model={self.d_model} not divisible by h={self.h}: give d_k and d_v",
@@ -77,7 +83,10 @@ class TransformerConfig:
         need(self.activation in ("relu", "gelu"), f"activation={self.activation!r}")
         for name in ("pad_id", "bos_id", "eos_id"):
             i = getattr(self, name)
-            need(0 <= i < self.vocab_size, f"{name}={i} is outside the vocabulary of {self.vocab_size}")
+            need(
+                0 <= i < self.vocab_size,
+                f"{name}={i} is outside the vocabulary of {self.vocab_size}",
+            )
         need(self.max_len >= 1, f"max_len must be >= 1, got {self.max_len}")
 
     # -- presets and (de)serialisation -------------------------------------------------

@@ -46,7 +46,6 @@ class Linear(Module):
         return dx
 
 
-
 class Embedding(Module):
     """Token embedding ``E`` (V, D), scaled by ``scale`` (the paper's sqrt(d_model)).
 
@@ -214,7 +213,9 @@ class PositionwiseFeedForward(Module):
         super().__init__()
         rng = rng or backend.host_rng(0)
         if activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}: expected one of {list(ACTIVATIONS)}")
+            raise ValueError(
+                f"unknown activation {activation!r}: expected one of {list(ACTIVATIONS)}"
+            )
         self.act_forward, self.act_backward = ACTIVATIONS[activation]
         self.dropout = Dropout(p_act_drop)
         self.add_parameter("W_1", xavier_uniform(rng, d_model, d_ff))
@@ -252,5 +253,4 @@ __all__ = [
     "Linear",
     "PositionalEncoding",
     "PositionwiseFeedForward",
-
 ]

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer.backend import xp
-
 
 class LinearCache(NamedTuple):
     x: object  # (..., D_in) the input, needed for dW

@@ -62,7 +62,9 @@ def label_smoothed_nll_forward(lprobs, target, eps: float = 0.0, pad_id: int | N
     per_token = per_token * keep
     loss = per_token.sum() / max(n_tokens, 1)
     nll_sum = float((nll * keep).sum())
-    return loss, LossCache(target, keep, eps, n_tokens, nll_sum, lprobs.shape[-1], lprobs.dtype, None)
+    return loss, LossCache(
+        target, keep, eps, n_tokens, nll_sum, lprobs.shape[-1], lprobs.dtype, None
+    )
 
 
 def _dscores_minus_q(base, cache: LossCache, dout):

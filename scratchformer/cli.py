@@ -1,0 +1,54 @@
+"""``scratchformer <command>``: the command-line interface.
+
+Each command lives in its own module that defines ``add_parser(subparsers)``; the
+parser it adds sets ``func`` to a function taking the parsed arguments and returning
+an exit code. Modules are listed in ``COMMANDS`` and imported on start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from scratchformer.errors import ScratchformerError
+
+#: Modules that contribute sub-commands, in the order ``--help`` lists them.
+COMMANDS = [
+    "scratchformer.commands.gradcheck",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scratchformer",
+        description="The Transformer of 'Attention Is All You Need', from scratch on NumPy.",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["numpy", "cupy"],
+        default=None,
+        help="array backend (default: $SCRATCHFORMER_BACKEND or numpy)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        importlib.import_module(name).add_parser(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.backend:
+            from scratchformer import backend  # noqa: PLC0415
+
+            backend.set_backend(args.backend)
+        return int(args.func(args) or 0)
+    except (ScratchformerError, FileNotFoundError, RuntimeError) as e:
+        print(f"scratchformer {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

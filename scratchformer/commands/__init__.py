@@ -1,0 +1,1 @@
+"""Sub-commands of the ``scratchformer`` CLI, one module each (see scratchformer/cli.py)."""
