@@ -179,12 +179,12 @@ def scatter_add(target, indices, values) -> None:
 
         cupyx.scatter_add(target, indices, values)
         return
+    if indices.size == 0:
+        return
     # Sort the ids once, sum each run of equal ids with reduceat, add each sum once.
     order = numpy.argsort(indices, kind="stable")
     sorted_ids = indices[order]
     starts = numpy.flatnonzero(numpy.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
-    if starts.size == 0:
-        return
     sums = numpy.add.reduceat(values[order], starts, axis=0)
     target[sorted_ids[starts]] += sums
 

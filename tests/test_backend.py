@@ -1,0 +1,64 @@
+"""The array backend: selection, dtype policy, RNG, host/device conversion, scatter-add."""
+
+import numpy as np
+import pytest
+
+from scratchformer import backend as B
+
+
+def test_default_backend_is_numpy_float32():
+    assert B.backend_name() == "numpy"
+    assert B.get_dtype() is np.float32
+
+
+def test_unknown_backend_is_a_clear_error():
+    with pytest.raises(B.BackendError, match="unknown backend 'jax'"):
+        B.set_backend("jax")
+
+
+@pytest.mark.skipif(B.cupy_available(), reason="a GPU is present")
+def test_cupy_without_gpu_is_a_clear_error():
+    with pytest.raises(B.BackendError, match="CuPy|GPU"):
+        B.set_backend("cupy")
+    assert B.backend_name() == "numpy"  # a failed switch leaves the backend unchanged
+
+
+def test_precision_context_restores_dtype():
+    with B.precision("float64"):
+        assert B.get_dtype() is np.float64
+    assert B.get_dtype() is np.float32
+    with pytest.raises(ValueError, match="unsupported floating dtype"):
+        B.set_dtype("int32")
+
+
+@pytest.mark.usefixtures("backend")
+def test_rng_is_seeded():
+    a = B.asnumpy(B.rng(3).random(5))
+    b = B.asnumpy(B.rng(3).random(5))
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.usefixtures("backend")
+def test_host_device_round_trip():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = B.asarray(x)
+    assert B.is_array(y)
+    np.testing.assert_array_equal(B.asnumpy(y), x)
+
+
+@pytest.mark.usefixtures("backend")
+def test_scatter_add_accumulates_repeated_indices():
+    """target[idx] += v keeps one of the repeated rows; scatter_add must keep all."""
+    target = B.asarray(np.zeros((5, 2)))
+    idx = B.asarray(np.array([3, 1, 3, 3, 0]))
+    vals = B.asarray(np.arange(10, dtype=np.float64).reshape(5, 2))
+    B.scatter_add(target, idx, vals)
+    expected = np.zeros((5, 2))
+    np.add.at(expected, [3, 1, 3, 3, 0], np.arange(10.0).reshape(5, 2))
+    np.testing.assert_array_equal(B.asnumpy(target), expected)
+
+
+def test_scatter_add_empty_is_a_no_op():
+    target = np.ones((3, 2))
+    B.scatter_add(target, np.zeros(0, dtype=np.int64), np.zeros((0, 2)))
+    np.testing.assert_array_equal(target, np.ones((3, 2)))
