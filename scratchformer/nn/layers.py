@@ -166,7 +166,7 @@ class AddNorm(LayerNorm):
         y, c_out = addnorm.exit(x, s, rng)          # x + Dropout(s), normed if post
         ...
         dx, ds = addnorm.exit_backward(dy, c_out)   # residual path and sub-layer path
-        dx += addnorm.enter_backward(sublayer_backward(ds, c_s), c_in)
+        dx = dx + addnorm.enter_backward(sublayer_backward(ds, c_s), c_in)  # not +=: dx may be dy
     """
 
     def __init__(self, d_model: int, p_drop: float, norm_first: bool, eps: float = 1e-5):

@@ -30,7 +30,7 @@ def softmax_forward(x, mask=None):
     s = e.sum(axis=-1, keepdims=True)  # (..., 1)
     s = xp.where(s == 0, 1.0, s)
     P = e / s
-    return P.astype(x.dtype, copy=False), SoftmaxCache(P)
+    return P, SoftmaxCache(P)
 
 
 def softmax_backward(dout, cache: SoftmaxCache):
