@@ -113,19 +113,18 @@ def _entries(size: int, max_entries, rng):
 def numeric_gradient(f, x, indices, h: float = DEFAULT_H):
     """Central differences of the scalar ``f()`` w.r.t. the given flat entries of ``x``.
 
-    ``x`` is perturbed in place and restored exactly; returns a host float64 vector.
+    ``x`` is perturbed in place (any memory layout) and restored exactly; returns a host
+    float64 vector.
     """
-    import numpy  # the checker itself runs on the host  # noqa: PLC0415
-
-    flat = x.reshape(-1)  # a view: writing it writes x
-    out = numpy.empty(len(indices))
+    out = backend.np.empty(len(indices))
     for j, i in enumerate(indices):
-        old = flat[i].copy()
-        flat[i] = old + h
+        pos = tuple(int(k) for k in backend.np.unravel_index(i, x.shape))  # C-order entry i
+        old = x[pos].copy()
+        x[pos] = old + h
         f_plus = float(f())
-        flat[i] = old - h
+        x[pos] = old - h
         f_minus = float(f())
-        flat[i] = old
+        x[pos] = old
         out[j] = (f_plus - f_minus) / (2.0 * h)
     return out
 
@@ -158,7 +157,8 @@ def _is_float_array(a) -> bool:
 
 
 def _to64(a):
-    return backend.asarray(a).astype(xp.float64) if _is_float_array(a) else a
+    """A private C-ordered float64 copy of a float array (other arguments pass through)."""
+    return backend.asarray(a).astype(xp.float64, order="C") if _is_float_array(a) else a
 
 
 def _make_rng(kwargs):
@@ -173,10 +173,23 @@ def _random_like(out, seed):
     return backend.asarray(backend.host_rng(seed).standard_normal(out.shape))
 
 
-def _as_tuple(g):
-    if g is None:
-        return ()
-    return g if isinstance(g, tuple) else (g,)
+def _pair_gradients(grads, args):
+    """Match a backward's return value to the float positional args it differentiates.
+
+    ``backward`` returns either one gradient per positional argument (None where an
+    argument has none, as ``linear_backward`` does for an omitted bias) or one per float
+    argument, in order. Returns ``{arg index: gradient}``.
+    """
+    if grads is None:
+        return {}
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    wrt = [i for i, a in enumerate(args) if _is_float_array(a)]
+    if len(grads) == len(args):
+        return {i: grads[i] for i in wrt}
+    present = [g for g in grads if g is not None]
+    if len(present) != len(wrt):
+        raise ValueError(f"backward returned {len(present)} gradients for {len(wrt)} float inputs")
+    return dict(zip(wrt, present))
 
 
 def _arg_names(fn, n):
@@ -198,17 +211,14 @@ def check_op(
     call_kwargs = _make_rng(kwargs)
     out, cache = forward(*args, **call_kwargs())
     dout = _random_like(out, seed + 1)
-    grads = _as_tuple(backward(dout, cache))
+    grads = _pair_gradients(backward(dout, cache), args)
     names = _arg_names(forward, len(args))
-    wrt = [i for i, a in enumerate(args) if _is_float_array(a)]
-    if len(grads) != len(wrt):
-        raise ValueError(f"backward returned {len(grads)} gradients for {len(wrt)} float inputs")
 
     def f():
         return (forward(*args, **call_kwargs())[0] * dout).sum()
 
-    arrays = {names[i]: args[i] for i in wrt}
-    analytic = {names[i]: g for i, g in zip(wrt, grads)}
+    arrays = {names[i]: args[i] for i in grads}
+    analytic = {names[i]: g for i, g in grads.items()}
     return check_gradients(f, arrays, analytic, h=h, tol=tol, max_entries=max_entries, seed=seed)
 
 
@@ -232,7 +242,7 @@ def check_module(
     out, cache = m.forward(*args, **call_kwargs())
     dout = _random_like(out, seed + 1)
     m.zero_grad()
-    grads = _as_tuple(m.backward(dout, cache))
+    grads = _pair_gradients(m.backward(dout, cache), args)
 
     def f():
         return (m.forward(*args, **call_kwargs())[0] * dout).sum()
@@ -240,10 +250,7 @@ def check_module(
     arrays, analytic = {}, {}
     if inputs:
         names = _arg_names(m.forward, len(args))
-        wrt = [i for i, a in enumerate(args) if _is_float_array(a)]
-        if grads and len(grads) != len(wrt):
-            raise ValueError(f"backward returned {len(grads)} gradients for {len(wrt)} inputs")
-        for i, g in zip(wrt, grads):
+        for i, g in grads.items():
             arrays[names[i]], analytic[names[i]] = args[i], g
     if params:
         grads_by_name = m.gradients()

@@ -81,11 +81,18 @@ class TransformerConfig:
             "a separate src_vocab_size needs share_embeddings 'decoder' or 'none'",
         )
         need(self.activation in ("relu", "gelu"), f"activation={self.activation!r}")
+        for name in ("d_k", "d_v"):
+            v = getattr(self, name)
+            need(v is None or v > 0, f"{name} must be positive (or None for d_model / h), got {v}")
+        need(
+            self.src_vocab_size is None or self.src_vocab_size >= 2,
+            f"src_vocab_size must be >= 2, got {self.src_vocab_size}",
+        )
         for name in ("pad_id", "bos_id", "eos_id"):
             i = getattr(self, name)
             need(
-                0 <= i < self.vocab_size,
-                f"{name}={i} is outside the vocabulary of {self.vocab_size}",
+                0 <= i < min(self.vocab_size, self.src_vocab),
+                f"{name}={i} is outside the vocabulary of {min(self.vocab_size, self.src_vocab)}",
             )
         need(self.max_len >= 1, f"max_len must be >= 1, got {self.max_len}")
 

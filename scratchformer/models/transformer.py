@@ -5,8 +5,12 @@
     logits = h E^T                      (the output projection shares E, unscaled)
     loss   = label-smoothed cross-entropy(logits, tgt_out), mean over non-pad tokens
 
+Decoding uses inference paths that build no backward caches: ``encode_infer`` once per
+batch, ``init_kv`` once (cross-attention keys/values per sentence), then ``decode_step``
+per generated position (see scratchformer/decode/ for greedy and beam search).
+
 Dimension key: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` d_model,
-``V`` vocabulary.
+``V`` vocabulary, ``K`` beams per sentence, ``R = B * K`` decoding rows.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from scratchformer.errors import (
 from scratchformer.models.config import TransformerConfig
 from scratchformer.nn.layers import Embedding, Linear
 from scratchformer.nn.module import Module
-from scratchformer.nn.transformer import Decoder, Encoder, StackCache
+from scratchformer.nn.transformer import Decoder, DecodeStateError, Encoder, KVCache, StackCache
 from scratchformer.ops.attention import causal_mask
 from scratchformer.ops.embedding import EmbeddingCache
 from scratchformer.ops.linear import LinearCache
@@ -144,6 +148,41 @@ class Transformer(Module):
         dx = self.encoder.backward(dmemory, cache.encoder)
         self.src_embed.backward(dx, cache.src_embed)
 
+    # -- inference: no dropout, no backward caches -----------------------------------------
+    def encode_infer(self, src):
+        """src (B, S) ids, right-padded with pad_id  ->  memory (B, S, D), src_mask (B, 1, 1, S).
+
+        Equal to ``encode(src)[0:2]``, without caches. Checks ids and length first.
+        """
+        self._check_ids(src, "src", self.config.src_vocab)
+        src_mask = padding_mask(src, self.config.pad_id)
+        x = self.src_embed.forward(src)[0]  # (B, S, D), already scaled
+        return self.encoder.infer(x, src_mask), src_mask
+
+    def init_kv(self, memory, src_mask, beams: int = 1, capacity: int | None = None) -> KVCache:
+        """An empty decoding state for ``beams`` rows per sentence (``Decoder.init_kv``);
+        the cross-attention keys/values of ``memory`` are computed here, once."""
+        return self.decoder.init_kv(memory, src_mask, beams, capacity)
+
+    def decode_step(self, tokens, kv: KVCache):
+        """tokens (R, T) int: the next T decoder inputs of every row  ->  logits (R, T, V).
+
+        Incremental decoding: positions continue at ``kv.length``, the self-attention
+        keys/values of the new positions are appended to ``kv``. Feeding a whole prefix
+        at once into an empty kv (T > 1) gives the same logits as ``forward``.
+        """
+        check_rank(tokens, 2, "tokens", "(R, T)")
+        check_token_ids(tokens, self.config.vocab_size, "tokens")
+        if tokens.shape[0] != kv.rows:
+            raise DecodeStateError(
+                f"decode_step got {tokens.shape[0]} rows, the kv holds {kv.rows}"
+            )
+        y = self.embed.forward(tokens)[0]  # (R, T, D), already scaled
+        h = self.decoder.step(y, kv)  # (R, T, D)
+        if self.out_proj is None:
+            return h @ self.embed.params["E"].T  # tied, unscaled: (R, T, V)
+        return h @ self.out_proj.params["W"]
+
     def loss_forward(self, src, tgt_in, tgt_out, rng=None, eps_ls=None):
         """Label-smoothed cross-entropy, mean over non-pad target tokens.
 
@@ -161,4 +200,10 @@ class Transformer(Module):
         self.backward(cross_entropy_backward(dloss, cache.loss), cache.model)
 
 
-__all__ = ["Transformer", "TransformerConfig", "padding_mask", "decoder_self_mask"]
+__all__ = [
+    "KVCache",
+    "Transformer",
+    "TransformerConfig",
+    "padding_mask",
+    "decoder_self_mask",
+]

@@ -13,12 +13,14 @@ Dimension key: ``B`` batch, ``T`` queries, ``S`` keys, ``D`` d_model, ``H`` head
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from scratchformer import backend
 from scratchformer.nn.module import Module, xavier_uniform
 from scratchformer.ops.attention import AttentionCache, attention_backward, attention_forward
 from scratchformer.ops.linear import LinearCache, linear_backward, linear_forward
+from scratchformer.ops.softmax import softmax_forward
 
 
 class MultiHeadAttentionCache(NamedTuple):
@@ -50,8 +52,8 @@ class MultiHeadAttention(Module):
             raise ValueError(f"d_model={d_model} is not divisible by h={h}: give d_k explicitly")
         rng = rng or backend.host_rng(0)
         self.h = h
-        self.d_k = d_k or d_model // h
-        self.d_v = d_v or d_model // h
+        self.d_k = d_model // h if d_k is None else d_k
+        self.d_v = d_model // h if d_v is None else d_v
         self.p_attn_drop = p_attn_drop
         self.add_parameter("W_q", xavier_uniform(rng, d_model, h * self.d_k))
         self.add_parameter("W_k", xavier_uniform(rng, d_model, h * self.d_k))
@@ -85,3 +87,32 @@ class MultiHeadAttention(Module):
         g["W_k"] += dW_k
         g["W_v"] += dW_v
         return dx_q, dx_k + dx_v
+
+    # -- inference (decoding): no dropout, no backward caches ---------------------------
+    def project_kv(self, x_kv):
+        """The keys and values of ``x_kv``, split into heads, for ``infer``.
+
+        x_kv (B, S, D)  ->  K (B, H, S, Dh), V (B, H, S, Dv).
+
+        Decoding calls this once per new target position (self-attention, appended to
+        the kv) and once per sentence for the encoder output (cross-attention).
+        """
+        p = self.params
+        K = split_heads(x_kv @ p["W_k"], self.h)  # (B, H, S, Dh)
+        V = split_heads(x_kv @ p["W_v"], self.h)  # (B, H, S, Dv)
+        return K, V
+
+    def infer(self, x_q, K, V, mask=None):
+        """Attention of the queries of ``x_q`` over given keys and values, inference only.
+
+        ``softmax(Q K^T / sqrt(Dh), mask) V W_o`` with ``Q = split(x_q W_q)``: the same
+        math as ``forward`` with dropout off, but keys/values come from the caller (the
+        decoding kv) and nothing is kept for a backward pass.
+
+        x_q (B, T, D), K (B, H, S, Dh), V (B, H, S, Dv), mask bool broadcastable to
+        (B, H, T, S)  ->  (B, T, D).
+        """
+        Q = split_heads(x_q @ self.params["W_q"], self.h)  # (B, H, T, Dh)
+        scores = (Q @ K.swapaxes(-1, -2)) * (1.0 / math.sqrt(self.d_k))  # (B, H, T, S)
+        A, _ = softmax_forward(scores, mask)  # the SoftmaxCache is only A itself
+        return merge_heads(A @ V) @ self.params["W_o"]  # (B, T, H*Dv) -> (B, T, D)

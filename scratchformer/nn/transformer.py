@@ -5,13 +5,23 @@ DecoderLayer:  masked self-attention, encoder-decoder (cross) attention, FFN.
 Encoder/Decoder: positions + dropout on the (already scaled) token embeddings, N
 layers, and for pre-LN a final LayerNorm.
 
-Dimension key: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` d_model.
+Inference (decoding) has its own lean paths that build no backward caches:
+``EncoderLayer.infer`` / ``Encoder.infer`` and ``DecoderLayer.step`` / ``Decoder.step``,
+which advance a ``KVCache`` (the decoding state, "kv"; not a backward cache).
+
+Dimension key: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` d_model,
+``H`` heads, ``Dh`` d_k, ``Dv`` d_v, ``K`` beams per sentence, ``R = B * K`` decoding
+rows, ``C`` kv capacity (target positions).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
+from scratchformer import backend
+from scratchformer.backend import xp
+from scratchformer.errors import ScratchformerError
 from scratchformer.nn.attention import MultiHeadAttention, MultiHeadAttentionCache
 from scratchformer.nn.layers import (
     AddNorm,
@@ -23,13 +33,132 @@ from scratchformer.nn.layers import (
     PositionwiseFeedForward,
 )
 from scratchformer.nn.module import Module, ModuleList
+from scratchformer.ops.attention import causal_mask
 from scratchformer.ops.dropout import DropoutCache
-from scratchformer.ops.layernorm import LayerNormCache
+from scratchformer.ops.layernorm import LayerNormCache, layernorm_forward
 from scratchformer.ops.positional import PositionalCache
 
 
 def _attention_kwargs(cfg):
     return dict(d_k=cfg.d_k, d_v=cfg.d_v, p_attn_drop=cfg.P_drop_attn)
+
+
+# -- inference helpers: the forward math with dropout off and every cache dropped --------
+def _layernorm_infer(norm: LayerNorm, x):
+    return layernorm_forward(x, norm.params["gamma"], norm.params["beta"], norm.eps)[0]
+
+
+def _sublayer_infer(addnorm: AddNorm, x, sublayer):
+    """post-LN ``LN(x + sublayer(x))`` or pre-LN ``x + sublayer(LN(x))``, no dropout."""
+    if addnorm.norm_first:
+        return x + sublayer(_layernorm_infer(addnorm, x))
+    return _layernorm_infer(addnorm, x + sublayer(x))
+
+
+def _ffn_infer(ffn: PositionwiseFeedForward, x):
+    """``act(x W_1 + b_1) W_2 + b_2``: (..., D) -> (..., D)."""
+    p = ffn.params
+    a, _ = ffn.act_forward(x @ p["W_1"] + p["b_1"])  # (..., F)
+    return a @ p["W_2"] + p["b_2"]
+
+
+class DecodeStateError(ScratchformerError):
+    """A decoding step does not fit its kv (wrong number of rows, capacity exceeded)."""
+
+
+@dataclass
+class LayerKV:
+    """One decoder layer's decoding state.
+
+    self_k (R, H, C, Dh), self_v (R, H, C, Dv): preallocated buffers of the masked
+        self-attention's keys/values; positions ``0 .. KVCache.length - 1`` are filled.
+    cross_k (B, H, S, Dh), cross_v (B, H, S, Dv): the encoder-decoder attention's
+        keys/values, projected from the encoder output ONCE PER SENTENCE (not per beam).
+        The K beams of a sentence share them: ``DecoderLayer.step`` folds the beams into
+        the query axis, ``(B*K, T, D) -> (B, K*T, D)``, so the K beams are K more queries
+        against the same (B, H, S, Dh) keys, with no copy and no recomputation.
+    """
+
+    self_k: object
+    self_v: object
+    cross_k: object
+    cross_v: object
+
+
+@dataclass
+class KVCache:
+    """The decoding state of a decoder stack, advanced one step at a time.
+
+    Rows are sentence-major: row ``r`` is beam ``r % K`` of sentence ``r // K``
+    (``K = beams``; greedy decoding has K = 1), so ``R = B * K``.
+
+    layers     one ``LayerKV`` per decoder layer
+    src_mask   (B, 1, 1, S) bool, True at real source tokens (cross-attention keys)
+    beams      K, rows per sentence
+    length     target positions already stored; the next step's inputs sit at
+               positions ``length, length + 1, ...`` (the positional-encoding offset)
+
+    ``reorder(rows, sentences)`` is called after each beam-search step: new row ``i``
+    continues old row ``rows[i]`` (a surviving beam's parent), and finished sentences
+    can be dropped at the same time.
+    """
+
+    layers: list
+    src_mask: object
+    beams: int
+    length: int = 0
+
+    @property
+    def rows(self) -> int:
+        """R = B * K."""
+        return int(self.layers[0].self_k.shape[0])
+
+    @property
+    def sentences(self) -> int:
+        """B, the sentences whose cross-attention keys are held."""
+        return int(self.src_mask.shape[0])
+
+    @property
+    def capacity(self) -> int:
+        """C, the most target positions the buffers hold."""
+        return int(self.layers[0].self_k.shape[2])
+
+    def reorder(self, rows, sentences=None) -> None:
+        """Keep, for each new row ``i``, the self-attention keys/values of old row ``rows[i]``.
+
+        rows (R',) int: parent row of each new row (repeats allowed: two beams may grow
+            from one parent), sentence-major with K rows per sentence, so new row ``i``
+            must belong to new sentence ``i // K``.
+        sentences (B',) int or None: old sentence of each new sentence (drop finished
+            ones); None keeps all. R' must equal B' * K.
+
+        Only the ``length`` filled positions are copied; an identity ``rows`` is free.
+        """
+        np = backend.np
+        rows_h = np.asarray(backend.asnumpy(rows), dtype=np.int64).reshape(-1)
+        n_sent = self.sentences if sentences is None else len(sentences)
+        if n_sent > self.sentences:
+            raise DecodeStateError(f"reorder: {n_sent} sentences kept of {self.sentences}")
+        if rows_h.size != n_sent * self.beams:
+            raise DecodeStateError(
+                f"reorder: {rows_h.size} rows for {n_sent} sentences of {self.beams} beams"
+            )
+        if rows_h.size and (rows_h.min() < 0 or rows_h.max() >= self.rows):
+            raise DecodeStateError(f"reorder: row index out of range for {self.rows} rows")
+        if sentences is not None:
+            sent = backend.asarray(np.asarray(backend.asnumpy(sentences), dtype=np.int64))
+            self.src_mask = self.src_mask[sent]
+            for lkv in self.layers:
+                lkv.cross_k, lkv.cross_v = lkv.cross_k[sent], lkv.cross_v[sent]
+        if rows_h.size == self.rows and np.array_equal(rows_h, np.arange(self.rows)):
+            return
+        idx, t, n = backend.asarray(rows_h), self.length, rows_h.size
+        for lkv in self.layers:
+            for name in ("self_k", "self_v"):
+                buf = getattr(lkv, name)
+                # Fancy indexing copies first, so writing into the same buffer is safe.
+                buf[:n, :, :t] = buf[idx, :, :t]
+                setattr(lkv, name, buf[:n])
 
 
 class SublayerCache(NamedTuple):
@@ -70,6 +199,17 @@ class EncoderLayer(Module):
         dx_res, da = self.self_attn_norm.exit_backward(dx, c.exit)
         da_q, da_kv = self.self_attn.backward(da, c.sublayer)
         return dx_res + self.self_attn_norm.enter_backward(da_q + da_kv, c.enter)
+
+    def infer(self, x, mask):
+        """Inference forward (no dropout, no caches): x (B, S, D), mask (B, 1, 1, S)
+        -> (B, S, D), equal to ``forward(x, mask)[0]``."""
+        sa = self.self_attn
+
+        def attend(a_in):
+            return sa.infer(a_in, *sa.project_kv(a_in), mask)
+
+        x = _sublayer_infer(self.self_attn_norm, x, attend)
+        return _sublayer_infer(self.ffn_norm, x, lambda f_in: _ffn_infer(self.ffn, f_in))
 
 
 class DecoderLayerCache(NamedTuple):
@@ -118,6 +258,50 @@ class DecoderLayer(Module):
         dy_res, da = self.self_attn_norm.exit_backward(dy, c.exit)
         da_q, da_kv = self.self_attn.backward(da, c.sublayer)
         return dy_res + self.self_attn_norm.enter_backward(da_q + da_kv, c.enter), dmemory
+
+    def init_kv(self, memory, rows: int, capacity: int) -> LayerKV:
+        """Empty self-attention buffers for ``rows`` rows and ``capacity`` positions, and
+        the cross-attention keys/values of ``memory`` (B, S, D), computed here, once."""
+        cross_k, cross_v = self.cross_attn.project_kv(memory)  # (B, H, S, Dh), (B, H, S, Dv)
+        sa = self.self_attn
+        self_k = xp.zeros((rows, sa.h, capacity, sa.d_k), dtype=memory.dtype)
+        self_v = xp.zeros((rows, sa.h, capacity, sa.d_v), dtype=memory.dtype)
+        return LayerKV(self_k, self_v, cross_k, cross_v)
+
+    def step(self, y, kv: LayerKV, length: int, src_mask, beams: int):
+        """Advance one layer by ``T`` new target positions, inference only.
+
+        y (R, T, D): the layer input at positions ``length .. length + T - 1``, R = B * K
+        kv: this layer's state; the new keys/values are written at ``length ..``
+        src_mask (B, 1, 1, S); beams K  ->  (R, T, D)
+
+        1. self-attention: project the new positions' K/V, store them in the buffer,
+           attend over positions ``0 .. length + T - 1`` (causal within the new block);
+        2. cross-attention: queries reshaped (R, T, D) -> (B, K*T, D) against the
+           sentence's shared keys (B, H, S, Dh), then back;
+        3. the feed-forward network. Each inside its Add & Norm, dropout off.
+        """
+        R, T, D = y.shape
+        end = length + T
+        sa = self.self_attn
+
+        def self_attend(a_in):
+            k_new, v_new = sa.project_kv(a_in)  # (R, H, T, Dh), (R, H, T, Dv)
+            kv.self_k[:, :, length:end] = k_new
+            kv.self_v[:, :, length:end] = v_new
+            # One new query sees every stored key; a block of T needs the causal mask.
+            mask = None if T == 1 else causal_mask(T, end, offset=length)  # (T, end)
+            return sa.infer(a_in, kv.self_k[:, :, :end], kv.self_v[:, :, :end], mask)
+
+        def cross_attend(x_in):
+            B = R // beams
+            q = x_in.reshape(B, beams * T, D)  # (B, K*T, D): beams as extra queries
+            out = self.cross_attn.infer(q, kv.cross_k, kv.cross_v, src_mask)  # (B, K*T, D)
+            return out.reshape(R, T, D)
+
+        y = _sublayer_infer(self.self_attn_norm, y, self_attend)
+        y = _sublayer_infer(self.cross_attn_norm, y, cross_attend)
+        return _sublayer_infer(self.ffn_norm, y, lambda f_in: _ffn_infer(self.ffn, f_in))
 
 
 class StackCache(NamedTuple):
@@ -173,6 +357,14 @@ class Encoder(_Stack):
             dx = layer.backward(dx, c)
         return self._enter_backward(dx, cache)
 
+    def infer(self, x, mask):
+        """Inference forward (no dropout, no caches): x (B, S, D) scaled token
+        embeddings, mask (B, 1, 1, S)  ->  memory (B, S, D)."""
+        x = self.pos.forward(x)[0]
+        for layer in self.layers:
+            x = layer.infer(x, mask)
+        return _layernorm_infer(self.norm, x) if self.norm is not None else x
+
 
 class Decoder(_Stack):
     layer_class = DecoderLayer
@@ -196,8 +388,46 @@ class Decoder(_Stack):
             dmemory = dmemory + dm
         return self._enter_backward(dy, cache), dmemory
 
+    def init_kv(self, memory, src_mask, beams: int = 1, capacity: int | None = None) -> KVCache:
+        """A fresh decoding state for ``memory`` (B, S, D), ``src_mask`` (B, 1, 1, S) and
+        ``beams`` rows per sentence, holding up to ``capacity`` target positions
+        (default: the position table's ``max_len``). Cross-attention keys/values are
+        computed here, once per sentence and layer."""
+        capacity = self.pos.max_len if capacity is None else int(capacity)
+        if not 1 <= capacity <= self.pos.max_len:
+            raise DecodeStateError(
+                f"kv capacity {capacity} must be in [1, {self.pos.max_len}] (config.max_len)"
+            )
+        if beams < 1:
+            raise DecodeStateError(f"beams must be >= 1, got {beams}")
+        rows = memory.shape[0] * beams
+        layers = [layer.init_kv(memory, rows, capacity) for layer in self.layers]
+        return KVCache(layers, src_mask, beams, 0)
+
+    def step(self, y, kv: KVCache):
+        """y (R, T, D) scaled embeddings of the next T target tokens  ->  (R, T, D).
+
+        Positions are ``kv.length .. kv.length + T - 1``; ``kv.length`` advances by T.
+        """
+        R, T, _ = y.shape
+        if R != kv.rows:
+            raise DecodeStateError(f"step got {R} rows, the kv holds {kv.rows}")
+        if kv.length + T > kv.capacity:
+            raise DecodeStateError(
+                f"step would fill target position {kv.length + T - 1}, beyond the kv "
+                f"capacity of {kv.capacity} positions"
+            )
+        y = self.pos.forward(y, kv.length)[0]
+        for layer, lkv in zip(self.layers, kv.layers):
+            y = layer.step(y, lkv, kv.length, kv.src_mask, kv.beams)
+        kv.length += T
+        return _layernorm_infer(self.norm, y) if self.norm is not None else y
+
 
 __all__ = [
+    "DecodeStateError",
+    "KVCache",
+    "LayerKV",
     "Decoder",
     "DecoderLayer",
     "Encoder",

@@ -1,0 +1,233 @@
+"""Beam search with the GNMT length penalty, batched over sentences and beams, over a
+key/value cache.
+
+The algorithm (tensor2tensor's, with fairseq's rule for when <eos> ends a hypothesis),
+for every sentence at once, with K = beam_size:
+
+    live      K hypotheses per sentence: tokens so far and log P; at the start one
+              live <bos> hypothesis and K - 1 dead ones (log P = -inf), so the first
+              step does not fill the beam with K copies of the same hypothesis
+    finished  up to K hypotheses that emitted <eos>, with score = log P / lp(|Y|)
+
+    step t (t tokens produced so far):
+      1. log p(y | prefix) for every live row: one ``decode_step`` (R = B*K rows, one new
+         position each), in float64, with the token rules (no <pad>/<bos>, no <eos>
+         before min_len, <eos> forced at the maximum length, optional n-gram blocking)
+      2. candidates: log P(prefix) + log p(y), (B, K*V); keep the top 2K per sentence
+         (fewer when K*V < 2K: a beam >= V is fine), best first
+      3. an <eos> candidate ranked within the top K finishes: it enters ``finished``
+         with score logP / lp(t + 1) (|Y| counts <eos>); ``finished`` keeps its best K
+      4. the best K non-<eos> candidates become the live hypotheses (at most one <eos>
+         per live row, so 2K candidates always leave K); missing ones stay dead (-inf)
+      5. the kv is reordered: new row k of a sentence continues the row of its parent
+         (``kv.reorder``), and sentences that are done are dropped from the batch
+    a sentence is done when
+      - it reached its maximum length L (every live hypothesis got a forced <eos>), or
+      - no live hypothesis is left, or
+      - it has K finished and no live one can beat the worst of them: log P only falls
+        as a hypothesis grows and lp only rises up to lp(L + 1), so
+        best live log P / lp(L + 1) is an upper bound on any score still to come
+        (t2t's bound; alpha >= 0 is required for it, and enforced).
+
+Why <eos> must rank within the top K (fairseq) rather than anywhere in the top 2K
+(tensor2tensor): an <eos> below rank K would not have fitted in a beam of K. With it,
+beam 1 is exactly greedy when alpha = 0: greedy's <eos> is the top candidate, it
+finishes, and the bound (the runner-up's log P) cannot beat it. With alpha > 0 the
+bound may let beam 1 continue past greedy's <eos> (a longer hypothesis can score
+higher after the penalty), so beam 1 then returns greedy's hypothesis or one with a
+strictly better score.
+
+Cross-attention keys/values are computed once per sentence (``model.init_kv``) and
+shared by its K beams (see ``LayerKV``): never per beam, never per step.
+
+Results do not depend on the other sentences in the batch: every row is computed on
+its own, padding keys get exactly zero attention, and finished sentences leave.
+
+Dimension key: ``B`` sentences (still searching), ``S`` source length, ``V``
+vocabulary, ``K`` beam size, ``R = B * K`` decoding rows.
+"""
+
+from __future__ import annotations
+
+from scratchformer import backend
+from scratchformer.backend import xp
+from scratchformer.decode.common import (
+    DecodeError,
+    Hypothesis,
+    bos_column,
+    check_lengths_args,
+    check_vocabulary,
+    constrain,
+    length_penalty,
+    log_probs,
+    max_output_lengths,
+    source_lengths,
+)
+
+
+def _check_args(beam_size, alpha, nbest, no_repeat_ngram_size) -> None:
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise DecodeError(f"beam_size must be an integer >= 1, got {beam_size!r}")
+    if not isinstance(nbest, int) or not 1 <= nbest <= beam_size:
+        raise DecodeError(f"nbest must be an integer in [1, beam_size={beam_size}], got {nbest!r}")
+    if not isinstance(alpha, (int, float)) or not alpha >= 0:
+        raise DecodeError(
+            f"alpha must be >= 0, got {alpha!r} (a negative alpha would favour short "
+            "outputs and break the early-stopping bound)"
+        )
+    if not isinstance(no_repeat_ngram_size, int) or no_repeat_ngram_size < 0:
+        raise DecodeError(
+            f"no_repeat_ngram_size must be an integer >= 0, got {no_repeat_ngram_size!r}"
+        )
+
+
+def _top_candidates(cand, k: int):
+    """The ``k`` best entries of each row of ``cand`` (B, M), best first.
+
+    Returns host arrays ``idx`` (B, k) int and ``val`` (B, k) float64. Ties are broken by
+    the lower index (lower beam, then lower token id). The selection runs on the
+    backend (argpartition, O(M)); only the k winners per row are sorted, on the host.
+    """
+    np = backend.np
+    M = cand.shape[1]
+    if k < M:
+        part = xp.argpartition(-cand, k - 1, axis=1)[:, :k]  # (B, k) unordered
+    else:
+        part = xp.broadcast_to(xp.arange(M), cand.shape)
+    vals = backend.asnumpy(xp.take_along_axis(cand, part, axis=1))
+    part = backend.asnumpy(part)
+    order = np.lexsort((part, -vals), axis=-1)  # by value desc, then index asc
+    return np.take_along_axis(part, order, axis=1), np.take_along_axis(vals, order, axis=1)
+
+
+def _ngram_bans(history, n: int):
+    """Tokens that would repeat an n-gram of the row's own output.
+
+    history (R, t) host int: tokens produced so far (no <bos>). For each row, every
+    earlier occurrence of its last n-1 tokens bans the token that followed it
+    (n = 1 bans every token already produced). Returns (rows, tokens) host int arrays.
+    """
+    np = backend.np
+    R, t = history.shape
+    rows, toks = [], []
+    if t < n - 1 or t == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    for r in range(R):
+        h = history[r].tolist()
+        tail = h[t - (n - 1) :] if n > 1 else []
+        for j in range(t - n + 1):
+            if h[j : j + n - 1] == tail:
+                rows.append(r)
+                toks.append(h[j + n - 1])
+    return np.asarray(rows, np.int64), np.asarray(toks, np.int64)
+
+
+def beam_search(
+    model,
+    src,
+    beam_size=4,
+    alpha=0.6,
+    max_len_a=1.0,
+    max_len_b=50,
+    min_len=0,
+    nbest=1,
+    no_repeat_ngram_size=0,
+) -> list[list[Hypothesis]]:
+    """Beam search for a batch of sentences (the algorithm is in the module docstring).
+
+    model: a ``Transformer``; src (B, S) int ids, right-padded with pad_id (host or
+    backend array). beam_size K >= 1 (any size, also >= V); alpha >= 0 the GNMT
+    length-penalty exponent; lengths as in decode/common.py; nbest <= K hypotheses
+    returned per sentence; no_repeat_ngram_size n > 0 forbids any n-gram of output
+    tokens to occur twice in a hypothesis.
+
+    Returns, per sentence, up to ``nbest`` ``Hypothesis(tokens, score, logprob)``, best
+    score first (fewer only when fewer than nbest distinct outputs exist, e.g. a tiny
+    vocabulary and a short maximum length).
+    """
+    _check_args(beam_size, alpha, nbest, no_repeat_ngram_size)
+    check_lengths_args(max_len_a, max_len_b, min_len)
+    cfg = model.config
+    check_vocabulary(cfg, min_len)
+    np = backend.np
+    K, V, eos = beam_size, cfg.vocab_size, cfg.eos_id
+    src = backend.asarray(src)
+    max_lens = max_output_lengths(
+        source_lengths(model, src), max_len_a, max_len_b, cfg.max_len
+    )  # (B,) host: L_i
+    B = src.shape[0]
+    memory, src_mask = model.encode_infer(src)  # (B, S, D), (B, 1, 1, S)
+    kv = model.init_kv(memory, src_mask, beams=K, capacity=int(max_lens.max()) + 1)
+
+    finished = [[] for _ in range(B)]  # per sentence, at most K Hypothesis, best first
+    active = np.arange(B)  # original index of each sentence still searching
+    history = np.zeros((B * K, 0), dtype=np.int64)  # (R, t) tokens of each live row
+    cum = np.full((B, K), -np.inf)  # (B, K) log P of each live hypothesis
+    cum[:, 0] = 0.0  # one live hypothesis per sentence, K - 1 dead ones
+    tokens = bos_column(B * K, cfg)  # (R, 1) next decoder input of every row
+
+    for step in range(int(max_lens.max()) + 1):
+        Ba = active.size
+        # 1. next-token log-probabilities of every row, with the token rules
+        lp = log_probs(model.decode_step(tokens, kv)[:, -1])  # (R, V) float64
+        lp = constrain(lp, step, np.repeat(max_lens[active], K), min_len, cfg)
+        if no_repeat_ngram_size:
+            rows, toks = _ngram_bans(history, no_repeat_ngram_size)
+            if rows.size:
+                lp[backend.asarray(rows), backend.asarray(toks)] = -xp.inf
+
+        # 2. the best 2K continuations of each sentence's K live hypotheses
+        cand = (backend.asarray(cum).reshape(-1, 1) + lp).reshape(Ba, K * V)  # (B, K*V)
+        idx, val = _top_candidates(cand, min(2 * K, K * V))  # (B, 2K) host, best first
+        parent, tok = idx // V, idx % V  # beam within the sentence, token id
+        ok = np.isfinite(val)
+        is_eos = tok == eos
+
+        # 3. <eos> within the top K ranks finishes a hypothesis
+        lp_now = length_penalty(step + 1, alpha)  # |Y| = step tokens + <eos>
+        for i, j in zip(*np.nonzero(ok[:, :K] & is_eos[:, :K])):
+            row = i * K + parent[i, j]
+            hyp = Hypothesis(history[row].tolist(), float(val[i, j] / lp_now), float(val[i, j]))
+            finished[active[i]].append(hyp)
+
+        # 4. the best K non-<eos> candidates live on (rank order kept; dead = -inf)
+        live = ok & ~is_eos  # (B, 2K)
+        pick = np.argsort(~live, axis=1, kind="stable")[:, :K]  # ranks of the K chosen
+        alive = np.take_along_axis(live, pick, axis=1)  # (B, K)
+        new_cum = np.where(alive, np.take_along_axis(val, pick, axis=1), -np.inf)
+        new_parent = np.where(alive, np.take_along_axis(parent, pick, axis=1), 0)
+        new_tok = np.where(alive, np.take_along_axis(tok, pick, axis=1), eos)
+
+        # which sentences are done
+        done = np.zeros(Ba, dtype=bool)
+        for i in range(Ba):
+            fin = finished[active[i]]
+            fin.sort(key=lambda h: -h.score)  # stable: earlier (shorter) first on ties
+            del fin[K:]
+            L = max_lens[active[i]]
+            if step >= L or not alive[i].any():
+                done[i] = True
+            elif len(fin) == K:
+                best_possible = new_cum[i].max() / length_penalty(L + 1, alpha)
+                done[i] = best_possible <= fin[-1].score
+        if done.all():
+            break
+
+        # 5. reorder: new row k of sentence i continues old row i*K + parent
+        keep = np.flatnonzero(~done)
+        rows = (keep[:, None] * K + new_parent[keep]).reshape(-1)  # (R',)
+        kv.reorder(rows, sentences=None if keep.size == Ba else keep)
+        history = np.concatenate([history[rows], new_tok[keep].reshape(-1, 1)], axis=1)
+        cum, active = new_cum[keep], active[keep]
+        tokens = backend.asarray(new_tok[keep].reshape(-1, 1).astype(np.int64))
+
+    for b, fin in enumerate(finished):
+        if not fin:
+            raise DecodeError(
+                f"sentence {b}: no hypothesis could end (min_len={min_len} with "
+                f"no_repeat_ngram_size={no_repeat_ngram_size} left no token to emit)"
+            )
+    return [fin[:nbest] for fin in finished]
+
+
+__all__ = ["beam_search"]

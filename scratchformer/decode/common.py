@@ -1,0 +1,171 @@
+"""What greedy decoding and beam search share: the length penalty, the hypothesis record,
+input checks, the output-length rule and the token constraints applied at every step.
+
+Conventions (both searches):
+
+- ``src`` (B, S) int ids, right-padded with ``pad_id``, no <bos>/<eos> (as the training
+  batches hold it). A sentence's source length is its number of non-pad tokens.
+- Output tokens exclude <bos> and <eos>. A hypothesis of ``n`` tokens took ``n + 1``
+  decoder steps, the last one emitting <eos>: its length for the penalty is
+  ``|Y| = n + 1`` (<eos> counted, as tensor2tensor and OpenNMT count it).
+- Maximum output length of sentence ``i``, in tokens without <eos>:
+  ``L_i = min(floor(max_len_a * S_i + max_len_b), config.max_len - 1)``. The clamp is
+  the position table: producing ``L_i`` tokens and then <eos> feeds ``L_i + 1`` decoder
+  inputs (<bos> + ``L_i`` tokens) at positions ``0 .. L_i``. At step ``L_i`` <eos> is
+  forced, so every hypothesis ends with <eos> at the latest there.
+- ``min_len``: <eos> is forbidden while fewer than ``min_len`` tokens were produced;
+  the forced <eos> at ``L_i`` wins over it (min_len is in effect clamped to ``L_i``).
+- <pad> and <bos> are never emitted (a <bos> in the middle of an output is meaningless
+  and would be dropped by every tokenizer).
+
+Dimension key: ``B`` sentences, ``S`` source length, ``V`` vocabulary, ``K`` beams,
+``R`` decoding rows (``B * K``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scratchformer import backend
+from scratchformer.backend import xp
+from scratchformer.errors import (
+    ScratchformerError,
+    ShapeError,
+    check_length,
+    check_rank,
+    check_token_ids,
+)
+from scratchformer.ops.softmax import log_softmax_forward
+
+
+class DecodeError(ScratchformerError):
+    """Decoding cannot run as asked (bad source, bad arguments, no hypothesis possible)."""
+
+
+def length_penalty(length, alpha: float) -> float:
+    """GNMT length penalty (Wu et al. 2016, eq. 14): ``lp(|Y|) = ((5 + |Y|) / 6) ** alpha``.
+
+    A finished hypothesis is scored ``log P(Y | X) / lp(|Y|)``; ``|Y|`` counts <eos>.
+    lp(2) = 1.0969, lp(5) = 1.3587, lp(10) = 1.7329 at alpha = 0.6; alpha = 0 gives 1
+    (plain log-probability). Not fairseq's ``--lenpen`` (``|Y| ** alpha``).
+    """
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One finished output of beam search."""
+
+    tokens: list  # output ids, without <bos> and <eos>
+    score: float  # logprob / length_penalty(len(tokens) + 1, alpha): what beams are ranked by
+    logprob: float  # log P(tokens, <eos> | source), summed over the decoder steps
+
+
+def source_lengths(model, src):
+    """Check ``src`` and return its per-sentence lengths as a host int64 array (B,).
+
+    Raises DecodeError (or a ShapeError/TokenError/SequenceTooLongError, all
+    ScratchformerErrors) for: a non-(B, S) or non-integer array, an empty batch or
+    width, ids outside the source vocabulary, a width beyond ``config.max_len``, a
+    sentence with no tokens, or padding before a token (sources are right-padded).
+    """
+    cfg = model.config
+    check_rank(src, 2, "src", "(B, S)")
+    if src.shape[0] == 0 or src.shape[1] == 0:
+        raise ShapeError(f"src is empty (shape {tuple(src.shape)}): nothing to decode")
+    check_token_ids(src, cfg.src_vocab, "src")
+    check_length(src.shape[1], cfg.max_len, "src")
+    np = backend.np
+    real = backend.asnumpy(src) != cfg.pad_id  # (B, S)
+    lengths = real.sum(axis=1).astype(np.int64)
+    empty = np.flatnonzero(lengths == 0)
+    if empty.size:
+        raise DecodeError(
+            f"source sentence(s) {empty.tolist()} are empty (only padding): an empty "
+            "source has nothing to attend to; skip it (translate() maps it to '')"
+        )
+    holes = np.flatnonzero(real[:, 1:] & ~real[:, :-1]).tolist()
+    if holes:
+        rows = sorted({i // (src.shape[1] - 1) for i in holes})
+        raise DecodeError(
+            f"source sentence(s) {rows} have padding before a token: src must be "
+            "right-padded (positions are counted from the first column)"
+        )
+    return lengths
+
+
+def max_output_lengths(lengths, max_len_a: float, max_len_b: float, model_max_len: int):
+    """``L_i = min(floor(a * S_i + b), model_max_len - 1)``, at least 0: host int64 (B,)."""
+    np = backend.np
+    L = np.floor(max_len_a * np.asarray(lengths, dtype=np.float64) + max_len_b)
+    return np.clip(L, 0, model_max_len - 1).astype(np.int64)
+
+
+def check_lengths_args(max_len_a, max_len_b, min_len) -> None:
+    for name, v in (("max_len_a", max_len_a), ("max_len_b", max_len_b)):
+        if not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise DecodeError(f"{name} must be a finite number, got {v!r}")
+    if not isinstance(min_len, int) or min_len < 0:
+        raise DecodeError(f"min_len must be an integer >= 0, got {min_len!r}")
+
+
+def check_vocabulary(config, min_len: int) -> None:
+    """min_len > 0 needs at least one token other than <pad>, <bos> and <eos>."""
+    specials = {config.pad_id, config.bos_id, config.eos_id}
+    if min_len > 0 and config.vocab_size <= len(specials):
+        raise DecodeError(
+            f"min_len={min_len} cannot be met: the vocabulary of {config.vocab_size} holds "
+            "nothing but <pad>, <bos> and <eos>"
+        )
+
+
+def log_probs(logits):
+    """(R, V) logits in the model's dtype  ->  (R, V) float64 log-probabilities.
+
+    Summed over up to hundreds of steps and compared across beams, so they are kept in
+    float64 whatever the model computes in.
+    """
+    return log_softmax_forward(logits.astype(xp.float64))[0]
+
+
+def constrain(scores, step: int, max_lens, min_len: int, config):
+    """Apply the token rules of decoder step ``step`` (0-based: ``step`` tokens were
+    produced so far) to ``scores`` (R, V) (logits or log-probs); returns a new array.
+
+    - <pad> and <bos>: -inf always;
+    - <eos>: -inf while ``step < min_len``;
+    - rows whose sentence reached its maximum (``step >= max_lens[r]``, host int (R,)):
+      every token but <eos> is -inf, and <eos> keeps its own score (forced <eos>).
+    """
+    np = backend.np
+    out = scores.copy()
+    out[:, [config.pad_id, config.bos_id]] = -xp.inf
+    eos = config.eos_id
+    if step < min_len:
+        out[:, eos] = -xp.inf
+    forced = np.flatnonzero(step >= np.asarray(max_lens))
+    if forced.size:
+        idx = backend.asarray(forced)
+        out[idx] = -xp.inf
+        out[idx, eos] = scores[idx, eos]
+    return out
+
+
+def bos_column(rows: int, config):
+    """(R, 1) the first decoder input of every row."""
+    return xp.full((rows, 1), config.bos_id, dtype=xp.int64)
+
+
+__all__ = [
+    "DecodeError",
+    "Hypothesis",
+    "bos_column",
+    "check_lengths_args",
+    "check_vocabulary",
+    "constrain",
+    "length_penalty",
+    "log_probs",
+    "max_output_lengths",
+    "source_lengths",
+]

@@ -1,0 +1,102 @@
+"""Text in, text out: the ``translate`` Python API and ``scratchformer translate``."""
+
+import io
+import sys
+
+import numpy as np
+import pytest
+from decode_helpers import lively_model
+
+from scratchformer.checkpoint import save_checkpoint
+from scratchformer.cli import main
+from scratchformer.data import Vocab, WhitespaceTokenizer
+from scratchformer.decode import DecodeError, beam_search, translate, translate_nbest
+
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran"]
+SENTENCES = ["the cat sat", "", "a dog ran on the mat", "the zebra sat", "cat"]
+
+
+@pytest.fixture
+def model_and_tokenizer():
+    tok = WhitespaceTokenizer(Vocab(WORDS))  # 4 specials + 8 words
+    return lively_model(V=len(tok), seed=3, max_len=24), tok
+
+
+def test_translate_matches_beam_search_and_keeps_input_order(model_and_tokenizer):
+    m, tok = model_and_tokenizer
+    out = translate(m, tok, SENTENCES, beam_size=3, max_len_b=5, batch_size=2)
+    assert len(out) == len(SENTENCES)
+    assert out[1] == ""  # an empty line stays empty, without running the model
+    for s, text in zip(SENTENCES, out):
+        if s:
+            (hyps,) = beam_search(m, np.array([tok.encode(s)]), beam_size=3, max_len_b=5)
+            assert text == tok.decode(hyps[0].tokens)
+    # batching (and the length sort inside) changes nothing
+    assert translate(m, tok, SENTENCES, beam_size=3, max_len_b=5, batch_size=1) == out
+    greedy = translate(m, tok, SENTENCES, greedy=True, max_len_b=5)
+    assert greedy[1] == "" and len(greedy) == len(SENTENCES)
+
+
+def test_unknown_words_become_unk_and_long_input_is_refused(model_and_tokenizer):
+    m, tok = model_and_tokenizer
+    assert tok.encode("the zebra")[1] == tok.vocab.unk_id  # decoded like any other token
+    translate(m, tok, ["zebra giraffe okapi"], max_len_b=3)
+    with pytest.raises(DecodeError, match="sentence 1 has 30 tokens.*24 positions"):
+        translate(m, tok, ["the cat", " ".join(["cat"] * 30)])
+    with pytest.raises(DecodeError, match="list of sentences"):
+        translate(m, tok, "the cat sat")
+
+
+def test_translate_nbest(model_and_tokenizer):
+    m, tok = model_and_tokenizer
+    res = translate_nbest(m, tok, SENTENCES, beam_size=4, nbest=3, max_len_b=5)
+    assert res[1] == []
+    for nb in res[:1] + res[2:]:
+        assert len(nb) == 3
+        scores = [t.hypothesis.score for t in nb]
+        assert scores == sorted(scores, reverse=True)
+        assert all(t.text == tok.decode(t.hypothesis.tokens) for t in nb)
+
+
+def test_cli_translate_file_and_stdin(model_and_tokenizer, tmp_path, capsys, monkeypatch):
+    m, tok = model_and_tokenizer
+    ckpt = save_checkpoint(
+        tmp_path / "checkpoint_7.npz", m, step=7, meta={"tokenizer": tok.to_dict()}
+    )
+    src = tmp_path / "src.txt"
+    src.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    expected = translate(m, tok, SENTENCES, beam_size=2, max_len_b=5)
+
+    code = main(["translate", "--checkpoint", str(ckpt), "--input", str(src), "--beam", "2",
+                 "--max-len-b", "5"])  # fmt: skip
+    assert code == 0
+    assert capsys.readouterr().out.split("\n")[:-1] == expected
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the cat sat\n\ncat\n"))
+    out_file = tmp_path / "out.tsv"
+    code = main(["translate", "--checkpoint", str(ckpt), "--beam", "3", "--nbest", "2",
+                 "--max-len-b", "5", "--output", str(out_file)])  # fmt: skip
+    assert code == 0
+    lines = out_file.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(lines) == 2 + 1 + 2  # two n-best lines, an empty line, two n-best lines
+    assert lines[2] == ""
+    line, rank, score, logprob, _text = lines[0].split("\t")
+    assert (line, rank) == ("1", "1") and float(score) >= float(lines[1].split("\t")[2])
+    assert float(logprob) < 0
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the cat\n"))
+    assert main(["translate", "--checkpoint", str(ckpt), "--greedy", "--max-len-b", "4"]) == 0
+
+
+def test_cli_translate_errors_are_reported_not_raised(model_and_tokenizer, tmp_path, capsys):
+    m, tok = model_and_tokenizer
+    bare = save_checkpoint(tmp_path / "checkpoint_1.npz", m, step=1)
+    src = tmp_path / "src.txt"
+    src.write_text("the cat\n", encoding="utf-8")
+    assert main(["translate", "--checkpoint", str(bare), "--input", str(src)]) == 2
+    assert "no tokenizer" in capsys.readouterr().err
+    good = save_checkpoint(tmp_path / "checkpoint_2.npz", m, meta={"tokenizer": tok.to_dict()})
+    args = ["translate", "--checkpoint", str(good), "--input", str(src)]
+    assert main(args + ["--beam", "2", "--nbest", "3"]) == 2
+    assert "nbest" in capsys.readouterr().err
+    assert main(["translate", "--checkpoint", str(tmp_path / "missing.npz")]) == 2

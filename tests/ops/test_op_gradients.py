@@ -1,0 +1,261 @@
+"""Float64 finite-difference checks of every op's hand-written backward.
+
+Each op is checked through ``L = sum(out * dout)`` with a random ``dout`` by
+``scratchformer.gradcheck.check_op``: relative error below 1e-6 on every checked input,
+and every expected input name present in the report (a row that is silently missing
+would let a wrong gradient through). Shapes are non-degenerate: B > 1, H > 1, T != Dh,
+S != T, unit-scale random inputs.
+
+Dimension key: B batch, H heads, T queries, S keys, Dh d_k, Dv d_v, D features, V vocab.
+"""
+
+import numpy as np
+import pytest
+
+from scratchformer import backend as B
+from scratchformer.gradcheck import check_op
+from scratchformer.ops import (
+    attention_backward,
+    attention_forward,
+    causal_mask,
+    cross_entropy_backward,
+    cross_entropy_forward,
+    dropout_backward,
+    dropout_forward,
+    embedding_backward,
+    embedding_forward,
+    gelu_backward,
+    gelu_forward,
+    label_smoothed_nll_backward,
+    label_smoothed_nll_forward,
+    layernorm_backward,
+    layernorm_forward,
+    linear_backward,
+    linear_forward,
+    log_softmax_backward,
+    log_softmax_forward,
+    positional_backward,
+    positional_forward,
+    relu_backward,
+    relu_forward,
+    sinusoidal_table,
+    softmax_backward,
+    softmax_forward,
+)
+
+pytestmark = pytest.mark.usefixtures("backend")
+
+TOL = 1e-6
+
+
+def randn(seed, *shape):
+    """Unit-scale float64 normal entries on the active backend."""
+    return B.asarray(np.random.default_rng(seed).standard_normal(shape))
+
+
+def assert_passed(report, *names):
+    """The check passed and reports exactly the expected inputs."""
+    assert report.passed, "\n" + report.table()
+    assert [r.name for r in report.rows] == list(names), report.table()
+    for r in report.rows:
+        assert r.checked == r.total, f"{r.name}: only {r.checked}/{r.total} entries checked"
+    assert report.max_rel_error < TOL
+
+
+# -- linear -------------------------------------------------------------------------------
+def test_linear_with_bias():
+    """dx, dW and db of x W + b (dW summed over every leading axis, not just the first)."""
+    x, W, b = randn(0, 2, 3, 4), randn(1, 4, 5), randn(2, 5)
+    assert_passed(check_op(linear_forward, linear_backward, x, W, b), "x", "W", "b")
+
+
+def test_linear_without_bias():
+    """dx and dW of x W, with no bias (the backward's db is None)."""
+
+    def backward_no_bias(dout, cache):
+        dx, dW, db = linear_backward(dout, cache)
+        assert db is None
+        return dx, dW
+
+    x, W = randn(0, 2, 3, 4), randn(1, 4, 5)
+    assert_passed(check_op(linear_forward, backward_no_bias, x, W), "x", "W")
+
+
+# -- embedding ----------------------------------------------------------------------------
+def test_embedding_repeated_ids_and_pad():
+    """dE with repeated ids (must accumulate) and a pad id whose positions never reach the
+    loss (as in the model, where pad keys are masked and pad targets ignored)."""
+    pad = 0
+    ids = B.asarray(np.array([[3, 1, 3, 0], [2, 3, 0, 0], [1, 1, 4, 3]]))  # (B=3, T=4)
+
+    def forward(ids, E, pad_id):
+        out, cache = embedding_forward(ids, E, pad_id)
+        keep = (ids != pad_id)[..., None]
+        return out * keep, (cache, keep)
+
+    def backward(dout, cache):
+        c, keep = cache
+        return embedding_backward(dout * keep, c)
+
+    E = randn(1, 6, 5)  # (V=6, D=5)
+    assert_passed(check_op(forward, backward, ids, E, pad), "E")
+
+
+def test_embedding_without_pad():
+    """dE of a plain lookup (no pad id), every row including unused ones."""
+    ids = B.asarray(np.array([[3, 1, 3, 0], [2, 3, 5, 5]]))
+    assert_passed(check_op(embedding_forward, embedding_backward, ids, randn(1, 6, 5)), "E")
+
+
+# -- positions ----------------------------------------------------------------------------
+@pytest.mark.parametrize("offset", [0, 3])
+def test_positional_learned(offset):
+    """dx = dout and dP rows offset..offset+T-1 = sum over the batch of dout."""
+    x, P = randn(0, 2, 4, 6), randn(1, 10, 6)  # (B, T, D), (L, D)
+    assert_passed(check_op(positional_forward, positional_backward, x, P, offset), "x", "P")
+
+
+def test_positional_sinusoidal_passes_x_through():
+    """With the constant sinusoid table, the input gradient is dout unchanged."""
+    x = randn(0, 2, 4, 6)
+    table = sinusoidal_table(10, 6, dtype=np.float64)  # (L, D), a constant
+
+    def forward(x):
+        return positional_forward(x, table, 2)
+
+    def backward(dout, cache):
+        dx, _ = positional_backward(dout, cache)
+        return dx
+
+    assert_passed(check_op(forward, backward, x), "x")
+
+
+# -- dropout ------------------------------------------------------------------------------
+def test_dropout_replayed_mask():
+    """dx = dout * mask, the mask replayed from the same seed in every evaluation."""
+    x = randn(0, 3, 4, 5)
+    assert_passed(check_op(dropout_forward, dropout_backward, x, 0.4, rng=7), "x")
+
+
+# -- layer norm ---------------------------------------------------------------------------
+def test_layernorm():
+    """dx (closed form through mean and variance), dgamma and dbeta summed over rows."""
+    x, gamma, beta = randn(0, 2, 3, 7) * 2.0 + 0.5, randn(1, 7), randn(2, 7)
+    report = check_op(layernorm_forward, layernorm_backward, x, gamma, beta, 1e-5)
+    assert_passed(report, "x", "gamma", "beta")
+
+
+# -- activations --------------------------------------------------------------------------
+def test_relu_away_from_zero():
+    """dx = dout * [x > 0], on inputs kept at least 0.1 away from the kink."""
+    r = np.random.default_rng(0)
+    x = r.uniform(0.1, 2.0, (3, 4, 5)) * r.choice([-1.0, 1.0], (3, 4, 5))
+    assert_passed(check_op(relu_forward, relu_backward, B.asarray(x)), "x")
+
+
+def test_gelu():
+    """The tanh-form GELU derivative, over negative, small and large inputs."""
+    assert_passed(check_op(gelu_forward, gelu_backward, randn(0, 3, 4, 5) * 2.0), "x")
+
+
+# -- softmax ------------------------------------------------------------------------------
+def test_softmax_unmasked():
+    """dx = P * (dout - sum(dout * P)) over the last axis."""
+    assert_passed(check_op(softmax_forward, softmax_backward, randn(0, 2, 3, 4, 6)), "x")
+
+
+def test_softmax_masked_with_a_fully_masked_row():
+    """Masked entries get zero gradient; a row with nothing to attend to gives zeros, no NaN."""
+    mask = np.ones((2, 1, 4, 6), dtype=bool)  # (B, 1, T, S), broadcast over H = 3
+    mask[0, 0, :, 4:] = False  # padding
+    mask[1, 0, 2, :] = False  # a fully masked row
+    x = randn(0, 2, 3, 4, 6)
+    assert_passed(check_op(softmax_forward, softmax_backward, x, B.asarray(mask)), "x")
+
+
+def test_log_softmax():
+    """dx = dout - softmax(x) * sum(dout)."""
+    assert_passed(check_op(log_softmax_forward, log_softmax_backward, randn(0, 2, 3, 7)), "x")
+
+
+# -- attention ----------------------------------------------------------------------------
+def qkv(T=3, S=7, Dh=5, Dv=4, Bsz=2, H=3):
+    """Unit-scale Q (B, H, T, Dh), K (B, H, S, Dh), V (B, H, S, Dv): T != Dh != S."""
+    return randn(10, Bsz, H, T, Dh), randn(11, Bsz, H, S, Dh), randn(12, Bsz, H, S, Dv)
+
+
+def test_attention_with_padding_mask():
+    """dQ, dK, dV of scaled dot-product attention with source padding (B, 1, 1, S)."""
+    Q, K, V = qkv()
+    mask = np.ones((2, 1, 1, 7), dtype=bool)
+    mask[1, ..., 5:] = False
+    report = check_op(attention_forward, attention_backward, Q, K, V, B.asarray(mask))
+    assert_passed(report, "Q", "K", "V")
+
+
+def test_attention_with_causal_mask():
+    """dQ, dK, dV with a causal mask (self-attention, T = S = 6, Dh = 4)."""
+    Q, K, V = qkv(T=6, S=6, Dh=4, Dv=5)
+    mask = causal_mask(6)[None, None]
+    report = check_op(attention_forward, attention_backward, Q, K, V, mask)
+    assert_passed(report, "Q", "K", "V")
+
+
+def test_attention_with_fully_masked_query_row():
+    """A query with no visible key outputs zeros and gets zero dQ; the rest is unaffected."""
+    Q, K, V = qkv()
+    mask = np.ones((2, 1, 3, 7), dtype=bool)
+    mask[0, 0, 1, :] = False
+    report = check_op(attention_forward, attention_backward, Q, K, V, B.asarray(mask))
+    assert_passed(report, "Q", "K", "V")
+
+
+def test_attention_dropout_replayed():
+    """With dropout on the attention weights, dV uses the dropped weights, dA the mask."""
+    Q, K, V = qkv()
+    mask = np.ones((2, 1, 1, 7), dtype=bool)
+    mask[0, ..., 6:] = False
+    report = check_op(
+        attention_forward, attention_backward, Q, K, V, B.asarray(mask), p_drop=0.3, rng=5
+    )
+    assert_passed(report, "Q", "K", "V")
+
+
+# -- losses -------------------------------------------------------------------------------
+def targets_with_padding():
+    """(B=3, T=4) targets in a vocabulary of 7 with pad id 0 at the ends."""
+    return B.asarray(np.array([[3, 1, 6, 2], [5, 2, 0, 0], [4, 0, 0, 0]]))
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_label_smoothed_nll_on_log_probs(eps):
+    """d(loss)/d(lprobs) = -q * keep / n_tokens; pad rows get zero."""
+    lprobs, _ = log_softmax_forward(randn(0, 3, 4, 7))
+    report = check_op(
+        label_smoothed_nll_forward,
+        label_smoothed_nll_backward,
+        lprobs,
+        targets_with_padding(),
+        eps,
+        0,
+    )
+    assert_passed(report, "lprobs")
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_cross_entropy_fused(eps):
+    """d(loss)/d(logits) = (softmax - q) * keep / n_tokens, with padding."""
+    logits = randn(0, 3, 4, 7) * 2.0
+    report = check_op(
+        cross_entropy_forward, cross_entropy_backward, logits, targets_with_padding(), eps, 0
+    )
+    assert_passed(report, "logits")
+
+
+def test_cross_entropy_without_pad_id():
+    """With pad_id None every position counts, including id 0."""
+    logits = randn(0, 3, 4, 7)
+    report = check_op(
+        cross_entropy_forward, cross_entropy_backward, logits, targets_with_padding(), 0.1, None
+    )
+    assert_passed(report, "logits")
