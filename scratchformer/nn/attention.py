@@ -70,7 +70,7 @@ class MultiHeadAttention(Module):
         k, c_k = linear_forward(x_kv, p["W_k"])  # (B, S, H*Dh)
         v, c_v = linear_forward(x_kv, p["W_v"])  # (B, S, H*Dv)
         Q, K, V = split_heads(q, self.h), split_heads(k, self.h), split_heads(v, self.h)
-        O, c_attn = attention_forward(Q, K, V, mask, self.p_attn_drop, rng)  # (B, H, T, Dv)
+        O, c_attn = self.attend(Q, K, V, mask, rng)  # (B, H, T, Dv)
         out, c_o = linear_forward(merge_heads(O), p["W_o"])  # (B, T, D)
         return out, MultiHeadAttentionCache(c_q, c_k, c_v, c_attn, c_o)
 
@@ -78,7 +78,7 @@ class MultiHeadAttention(Module):
         """Returns ``(dx_q, dx_kv)``; for self-attention the caller adds the two."""
         g = self.grads
         dO_merged, dW_o, _ = linear_backward(dout, cache.o_proj)  # (B, T, H*Dv)
-        dQ, dK, dV = attention_backward(split_heads(dO_merged, self.h), cache.attn)
+        dQ, dK, dV = self.attend_backward(split_heads(dO_merged, self.h), cache.attn)
         dx_q, dW_q, _ = linear_backward(merge_heads(dQ), cache.q_proj)
         dx_k, dW_k, _ = linear_backward(merge_heads(dK), cache.k_proj)
         dx_v, dW_v, _ = linear_backward(merge_heads(dV), cache.v_proj)
@@ -87,6 +87,21 @@ class MultiHeadAttention(Module):
         g["W_k"] += dW_k
         g["W_v"] += dW_v
         return dx_q, dx_k + dx_v
+
+    # -- the attention core: what variants (relative, local) replace -------------------
+    def attend(self, Q, K, V, mask=None, rng=None):
+        """The per-head attention core between the projections: scaled dot-product
+        attention here. Q (B, H, T, Dh), K (B, H, S, Dh), V (B, H, S, Dv) -> (B, H, T, Dv).
+
+        Subclasses (relative positions, local blocks) override ``attend`` and
+        ``attend_backward`` and keep the projections, heads and ``W_o`` as they are.
+        """
+        return attention_forward(Q, K, V, mask, self.p_attn_drop, rng)
+
+    def attend_backward(self, dO, cache):
+        """Returns ``(dQ, dK, dV)``; a subclass with parameters of its own adds into
+        ``self.grads`` here."""
+        return attention_backward(dO, cache)
 
     # -- inference (decoding): no dropout, no backward caches ---------------------------
     def project_kv(self, x_kv):
