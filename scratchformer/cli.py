@@ -16,6 +16,10 @@ from scratchformer.errors import ScratchformerError
 #: Modules that contribute sub-commands, in the order ``--help`` lists them.
 COMMANDS = [
     "scratchformer.commands.gradcheck",
+    "scratchformer.commands.train",
+    "scratchformer.commands.average",
+    "scratchformer.commands.translate",
+    "scratchformer.commands.plot",
 ]
 
 

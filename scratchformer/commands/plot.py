@@ -1,0 +1,229 @@
+"""scratchformer plot: PNG pictures for study (needs pip install 'scratchformer[plot]').
+
+scratchformer plot attention runs/reverse "abcdef"      attention maps of a trained model
+scratchformer plot positional --d-model 512             the sinusoid table as a heat map
+scratchformer plot schedule --warmup 4000 8000          learning rate against the step
+scratchformer plot curves runs/reverse                  loss, perplexity, lr, BLEU
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+from pathlib import Path
+
+from scratchformer import viz
+from scratchformer.viz import ATTENTION_KINDS, PlotError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "plot",
+        help="draw attention maps, positional encodings, the lr schedule, training curves",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    plots = p.add_subparsers(dest="plot", metavar="PLOT")
+    plots.required = True
+
+    a = plots.add_parser(
+        "attention",
+        help="heat maps of encoder, decoder and cross-attention for one sentence",
+        description="Heat maps of the attention weights of a trained model on one sentence: "
+        "one PNG per kind (encoder self-attention, decoder masked self-attention, "
+        "encoder-decoder attention), one panel per layer and head, tokens on the axes. "
+        "The decoder side is the model's own greedy output, or --target teacher-forced.",
+    )
+    a.add_argument("checkpoint", help="a checkpoint .npz, or a run directory (its newest one)")
+    a.add_argument("source", help="the source sentence (text, tokenized as in training)")
+    a.add_argument("--target", help="teacher-force this target instead of decoding")
+    a.add_argument(
+        "--kind", choices=[*ATTENTION_KINDS, "all"], default="all", help="which attention"
+    )
+    a.add_argument("--layer", type=int, nargs="+", help="layers to draw (default: all)")
+    a.add_argument("--head", type=int, nargs="+", help="heads to draw (default: all)")
+    a.add_argument("-o", "--out-dir", default=".", help="folder for attention_<kind>.png")
+    a.set_defaults(func=run_attention)
+
+    q = plots.add_parser(
+        "positional",
+        help="the positional encoding table as a heat map",
+        description="The sinusoidal encoding (positions x dimensions), or with --checkpoint "
+        "the position table of a trained model (its learned table for positions='learned').",
+    )
+    q.add_argument("--d-model", type=int, default=512, help="width of the sinusoid table")
+    q.add_argument("--positions", type=int, default=100, help="number of positions drawn")
+    q.add_argument("--checkpoint", help="draw this model's table (checkpoint or run dir)")
+    q.add_argument("--stack", choices=["encoder", "decoder"], default="encoder")
+    q.add_argument("-o", "--out", default="positional.png")
+    q.set_defaults(func=run_positional)
+
+    s = plots.add_parser(
+        "schedule",
+        help="learning rate against the step, for several d_model/warmup/factor",
+        description="lr = factor * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5), one curve per "
+        "combination of the values given (the paper: d_model 512, warmup 4000, factor 1).",
+    )
+    s.add_argument("--d-model", type=int, nargs="+", default=[512, 256])
+    s.add_argument("--warmup", type=int, nargs="+", default=[4000, 8000])
+    s.add_argument("--factor", type=float, nargs="+", default=[1.0])
+    s.add_argument("--steps", type=int, default=20000, help="last step drawn")
+    s.add_argument("-o", "--out", default="schedule.png")
+    s.set_defaults(func=run_schedule)
+
+    c = plots.add_parser(
+        "curves",
+        help="loss, perplexity, learning rate and BLEU from a training metrics log",
+        description="Training curves from metrics.jsonl (JSON lines written by "
+        "'scratchformer train'): loss, perplexity, learning rate, BLEU and accuracy.",
+    )
+    c.add_argument("metrics", help="a metrics.jsonl file, or a run directory holding one")
+    c.add_argument("-o", "--out", default="curves.png")
+    c.set_defaults(func=run_curves)
+
+
+# -- attention ------------------------------------------------------------------------------
+def _load(path):
+    """A checkpoint file, or the newest checkpoint of a run directory."""
+    from scratchformer.checkpoint import latest_checkpoint, load_checkpoint  # noqa: PLC0415
+
+    path = Path(path)
+    if path.is_dir():
+        found = latest_checkpoint(path / "checkpoints") or latest_checkpoint(path)
+        if found is None:
+            raise PlotError(f"no checkpoint_<step>.npz in {path} or {path / 'checkpoints'}")
+        path = found
+    elif not path.exists():
+        raise PlotError(f"no checkpoint file or run directory at {path}")
+    return load_checkpoint(path)
+
+
+def _tokenizer(ck):
+    from scratchformer.data import tokenizer_from_dict  # noqa: PLC0415
+
+    d = ck.meta.get("tokenizer")
+    if d is None:
+        raise PlotError(f"{ck.path} holds no tokenizer (meta['tokenizer']): cannot read text")
+    return tokenizer_from_dict(d)
+
+
+def _greedy(model, src_ids):
+    """The model's greedy output ids (no bos/eos), or None without scratchformer.decode."""
+    try:
+        decode = importlib.import_module("scratchformer.decode")
+    except ImportError:
+        return None
+    fn = getattr(decode, "greedy_decode", None)
+    if fn is None:
+        return None
+    from scratchformer import backend  # noqa: PLC0415
+
+    src = backend.asarray(backend.np.asarray([src_ids], dtype=backend.np.int64))
+    out = fn(model, src)  # up to source length + 50 tokens
+    cfg = model.config
+    special = (cfg.pad_id, cfg.bos_id, cfg.eos_id)
+    return [int(i) for i in backend.asnumpy(backend.np.asarray(out[0])) if int(i) not in special]
+
+
+def run_attention(args) -> int:
+    ck = _load(args.checkpoint)
+    tok = _tokenizer(ck)
+    model, cfg = ck.model, ck.config
+    src_ids = tok.encode(args.source)
+    if not src_ids:
+        raise PlotError("the source sentence is empty after tokenization")
+    if args.target is not None:
+        tgt_ids, how = tok.encode(args.target), "teacher-forced --target"
+    else:
+        tgt_ids = _greedy(model, src_ids)
+        if tgt_ids is None:
+            raise PlotError(
+                "scratchformer.decode is not installed, so the model cannot produce its own "
+                "output: pass --target TEXT to teacher-force a target sentence"
+            )
+        how = "the model's greedy output"
+    itos = tok.vocab.itos
+    bos, eos = itos[cfg.bos_id], itos[cfg.eos_id]
+    src_tokens = [itos[i] for i in src_ids]
+    tgt_in = [cfg.bos_id, *tgt_ids]
+    tgt_in_tokens = [bos] + [itos[i] for i in tgt_ids]
+    tgt_out_tokens = [itos[i] for i in tgt_ids] + [eos]
+    maps = viz.attention_maps(model, src_ids, tgt_in)
+    kinds = list(ATTENTION_KINDS) if args.kind == "all" else [args.kind]
+    step = f"step {ck.step}"
+    print(f"checkpoint {ck.path} ({step}, N={cfg.N}, h={cfg.h}, d_model={cfg.d_model})")
+    print(f"source: {args.source!r}  ->  target ({how}): {tok.decode(tgt_ids)!r}")
+    for kind in kinds:
+        out = Path(args.out_dir) / f"attention_{kind}.png"
+        title = f"{ATTENTION_KINDS[kind][0]}  ({step}"
+        title += ")" if kind == "encoder" else f"; target: {how})"
+        viz.plot_attention(
+            maps,
+            out,
+            kind=kind,
+            src_tokens=src_tokens,
+            tgt_in_tokens=tgt_in_tokens,
+            tgt_out_tokens=tgt_out_tokens,
+            layers=args.layer,
+            heads=args.head,
+            title=title,
+        )
+        w, h = viz.png_size(out)
+        print(f"wrote {out} ({w} x {h})")
+    return 0
+
+
+# -- positions, schedule, curves ---------------------------------------------------------------
+def run_positional(args) -> int:
+    from scratchformer.ops import sinusoidal_table  # noqa: PLC0415
+
+    if args.positions < 1:
+        raise PlotError(f"--positions must be at least 1, got {args.positions}")
+    if args.checkpoint is None:
+        if args.d_model < 2:
+            raise PlotError(f"--d-model must be at least 2, got {args.d_model}")
+        table, title, sinusoidal = sinusoidal_table(args.positions, args.d_model), None, True
+    else:
+        ck = _load(args.checkpoint)
+        cfg = ck.config
+        n = min(args.positions, cfg.max_len)
+        if cfg.positions == "learned":
+            name = f"{args.stack}.pos.P"
+            table = ck.model.parameters()[name][:n]
+            title = (
+                f"learned positions {name} of {ck.path.name} (step {ck.step}): "
+                f"{n} positions x d_model = {cfg.d_model}"
+            )
+            sinusoidal = False
+        else:
+            table = sinusoidal_table(n, cfg.d_model)
+            title = (
+                f"{ck.path.name} uses the fixed sinusoids: {n} positions x d_model = {cfg.d_model}"
+            )
+            sinusoidal = True
+    out = viz.plot_positional(table, args.out, title=title, sinusoidal=sinusoidal)
+    print(f"wrote {out} ({' x '.join(map(str, viz.png_size(out)))})")
+    return 0
+
+
+def run_schedule(args) -> int:
+    for name, values in (("--d-model", args.d_model), ("--warmup", args.warmup)):
+        if any(v < 1 for v in values):
+            raise PlotError(f"{name} values must be positive, got {values}")
+    if any(f <= 0 for f in args.factor):
+        raise PlotError(f"--factor values must be positive, got {args.factor}")
+    curves = list(itertools.product(args.d_model, args.warmup, args.factor))
+    out = viz.plot_schedule(curves, args.out, steps=args.steps)
+    print(f"wrote {out} ({' x '.join(map(str, viz.png_size(out)))}), {len(curves)} curves")
+    return 0
+
+
+def run_curves(args) -> int:
+    path = Path(args.metrics)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    records = viz.read_metrics(path)
+    out = viz.plot_curves(records, args.out, title=f"training curves: {path}")
+    print(f"wrote {out} ({' x '.join(map(str, viz.png_size(out)))}) from {len(records)} records")
+    return 0

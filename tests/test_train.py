@@ -1,0 +1,378 @@
+"""The training loop: accumulation, exact resume, divergence, logs, configs and the CLI."""
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scratchformer import backend as B
+from scratchformer.checkpoint import average_checkpoints, list_checkpoints, load_checkpoint
+from scratchformer.cli import main as cli_main
+from scratchformer.commands.train import add_parser, read_toml, resolve_config
+from scratchformer.data import collate
+from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.train import (
+    ConfigError,
+    TrainConfig,
+    Trainer,
+    TrainingDiverged,
+    accumulate_gradients,
+    evaluate,
+    train,
+)
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def small_config(tmp_path, **train_overrides) -> TrainConfig:
+    """A run that takes well under a second per few steps."""
+    cfg = TrainConfig.from_dict(
+        {
+            "name": "t",
+            "run_dir": str(tmp_path / "run"),
+            "seed": 3,
+            "task": {
+                "name": "reverse",
+                "symbols": 6,
+                "max_len": 6,
+                "train_size": 200,
+                "valid_size": 20,
+                "test_size": 8,
+            },
+            "model": {"preset": "tiny", "d_model": 16, "d_ff": 32, "h": 2, "P_drop": 0.1},
+            "optim": {"warmup": 10, "factor": 1.0},
+            "train": {
+                "max_steps": 8,
+                "max_tokens": 96,
+                "log_every": 2,
+                "eval_every": 4,
+                "checkpoint_every": 4,
+                "examples": 2,
+                **train_overrides,
+            },
+        }
+    )
+    return cfg
+
+
+def quiet(*a, **k):
+    pass
+
+
+# -- Must show 4: gradient accumulation ----------------------------------------------------
+def test_accumulation_equals_one_batch_of_the_union(backend, f64):
+    cfg = TransformerConfig.preset("tiny", vocab_size=12, P_drop=0.0, eps_ls=0.1)
+    model = Transformer(cfg)
+    r = np.random.default_rng(0)
+    pairs = [
+        (list(r.integers(4, 12, r.integers(1, 9))), list(r.integers(4, 12, r.integers(0, 7))))
+        for _ in range(11)
+    ]
+    micro = [collate(pairs[:3]), collate(pairs[3:4]), collate(pairs[4:])]  # unequal sizes
+    loss_k, _, n_k = accumulate_gradients(model, micro)
+    grads_k = {k: B.asnumpy(g).copy() for k, g in model.gradients().items()}
+
+    loss_1, _, n_1 = accumulate_gradients(model, [collate(pairs)])
+    assert n_k == n_1 == sum(len(y) + 1 for _, y in pairs)
+    assert loss_k == pytest.approx(loss_1, rel=1e-12)
+    for k, g in model.gradients().items():
+        np.testing.assert_allclose(grads_k[k], B.asnumpy(g), rtol=1e-9, atol=1e-12, err_msg=k)
+    # and it is the model's own gradient of the union's mean loss
+    model.zero_grad()
+    u = collate(pairs)
+    _, cache = model.loss_forward(*(B.asarray(a) for a in u[:3]))
+    model.loss_backward(cache)
+    for k, g in model.gradients().items():
+        np.testing.assert_allclose(grads_k[k], B.asnumpy(g), rtol=1e-9, atol=1e-12, err_msg=k)
+
+
+def test_accumulated_training_step_matches_big_batch_step(tmp_path):
+    """Trainer with accum_steps=2 takes the same Adam step as one batch of both."""
+    cfg = small_config(tmp_path, accum_steps=2)
+    cfg.model["P_drop"] = 0.0
+    tr = Trainer(cfg, progress=False, echo=quiet)
+    b1, b2 = tr.sampler.epoch(0)[:2]
+    union = collate([tr.train_pairs[i] for i in np.concatenate([b1, b2])])
+    ref = Transformer(tr.model_config)
+    loss_ref, _, _ = accumulate_gradients(ref, [union])
+    rec = tr.train_step()
+    assert rec["loss"] == pytest.approx(loss_ref, rel=1e-5)
+    assert tr.batch_index == 2 and tr.optimizer.t == 1
+
+
+# -- Must show 5: exact resume ---------------------------------------------------------------
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    n = 6
+    full = train(
+        small_config(tmp_path / "a", max_steps=2 * n, checkpoint_every=n),
+        progress=False,
+        echo=quiet,
+        final_eval=False,
+    )
+    first = train(
+        small_config(tmp_path / "b", max_steps=n, checkpoint_every=n),
+        progress=False,
+        echo=quiet,
+        final_eval=False,
+    )
+    second = train(
+        small_config(tmp_path / "b", max_steps=2 * n, checkpoint_every=n),
+        resume="latest",
+        progress=False,
+        echo=quiet,
+        final_eval=False,
+    )
+    assert [s for s, _ in second.losses] == list(range(n + 1, 2 * n + 1))
+    assert first.losses + second.losses == full.losses  # bit for bit
+    a = load_checkpoint(full.checkpoint)
+    b = load_checkpoint(second.checkpoint)
+    for k, v in a.model.state_dict().items():
+        np.testing.assert_array_equal(v, b.model.state_dict()[k])
+    for moment in ("m", "v"):
+        for k, v in a.optimizer_state[moment].items():
+            np.testing.assert_array_equal(v, b.optimizer_state[moment][k])
+    assert a.train_state == b.train_state
+    # the training records of the resumed run's log read like the uninterrupted one's
+    assert _train_records(tmp_path / "b") == _train_records(tmp_path / "a")
+
+
+def _train_records(root):
+    recs = map(json.loads, (root / "run/metrics.jsonl").read_text().splitlines())
+    return [(r["step"], r["loss"], r["lr"], r["grad_norm"]) for r in recs if r["kind"] == "train"]
+
+
+def test_resume_across_an_epoch_boundary_and_with_accumulation(tmp_path):
+    cfg = small_config(tmp_path / "a", max_steps=10, accum_steps=3, checkpoint_every=5)
+    tr = Trainer(cfg, progress=False, echo=quiet)
+    assert len(tr.sampler) < 10 * 3  # 30 micro-batches: the run crosses an epoch boundary
+    full = tr.run(final_eval=False)
+    train(
+        small_config(tmp_path / "b", max_steps=5, accum_steps=3, checkpoint_every=5),
+        progress=False,
+        echo=quiet,
+        final_eval=False,
+    )
+    rest = train(
+        small_config(tmp_path / "b", max_steps=10, accum_steps=3, checkpoint_every=5),
+        resume="latest",
+        progress=False,
+        echo=quiet,
+        final_eval=False,
+    )
+    assert full.losses[5:] == rest.losses
+
+
+def test_resume_refuses_a_different_model_or_task(tmp_path):
+    train(small_config(tmp_path, max_steps=4), progress=False, echo=quiet, final_eval=False)
+    other = small_config(tmp_path, max_steps=8)
+    other.model["d_model"] = 32
+    with pytest.raises(ConfigError, match="model differs"):
+        Trainer(other, resume="latest", progress=False, echo=quiet)
+    other = small_config(tmp_path, max_steps=8)
+    other.task.train_size = 300
+    with pytest.raises(ConfigError, match="different \\[task\\]"):
+        Trainer(other, resume="latest", progress=False, echo=quiet)
+
+
+def test_fresh_run_does_not_clobber_checkpoints(tmp_path):
+    train(small_config(tmp_path, max_steps=4), progress=False, echo=quiet, final_eval=False)
+    with pytest.raises(ConfigError, match="already holds checkpoints.*--resume"):
+        Trainer(small_config(tmp_path), progress=False, echo=quiet)
+    Trainer(small_config(tmp_path), overwrite=True, progress=False, echo=quiet)
+    assert list_checkpoints(tmp_path / "run/checkpoints") == []
+
+
+# -- Must show 6: a NaN stops the run ----------------------------------------------------------
+def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
+    tr = Trainer(small_config(tmp_path, max_steps=4), progress=False, echo=quiet)
+    tr.run(final_eval=False)
+    good = tr.last_checkpoint
+    before = good.read_bytes()
+    tr.cfg.train.max_steps = 8
+    tr.model.parameters()["decoder.layers.0.ffn.W_1"][0, 0] = np.nan
+    with pytest.raises(TrainingDiverged, match=r"step 5: the training loss is nan.*checkpoint_4"):
+        tr.run(final_eval=False)
+    assert [s for s, _ in list_checkpoints(good.parent)] == [4]  # nothing newer written
+    assert good.read_bytes() == before
+    assert math.isfinite(float(load_checkpoint(good).model.state_dict()["embed.E"].sum()))
+    last = json.loads((tmp_path / "run/metrics.jsonl").read_text().splitlines()[-1])
+    assert last["kind"] == "error" and last["step"] == 5
+
+
+def test_inf_gradient_stops_training(tmp_path, monkeypatch):
+    tr = Trainer(small_config(tmp_path), progress=False, echo=quiet)
+    monkeypatch.setattr("scratchformer.train.clip_grad_norm", lambda g, m: float("inf"))
+    with pytest.raises(TrainingDiverged, match="step 1: the gradient norm is inf.*no checkpoint"):
+        tr.train_step()
+
+
+# -- logs, outputs, final evaluation ------------------------------------------------------------
+def test_run_writes_metrics_checkpoints_and_evaluates(tmp_path):
+    lines = []
+    res = train(small_config(tmp_path), progress=False, echo=lines.append)
+    recs = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    kinds = [(r["kind"], r["step"]) for r in recs]
+    assert kinds == [
+        ("train", 2),
+        ("train", 4),
+        ("valid", 4),
+        ("train", 6),
+        ("train", 8),
+        ("valid", 8),
+        ("test", 8),
+        ("test", 8),
+    ]
+    assert [r["model"] for r in recs[-2:]] == ["last", "averaged"]
+    train_rec = recs[0]
+    assert {"loss", "ppl", "lr", "grad_norm", "tokens_per_s"} <= set(train_rec)
+    valid_rec = recs[2]
+    assert {"loss", "ppl", "token_acc", "seq_acc"} <= set(valid_rec)
+    assert valid_rec["ppl"] == pytest.approx(math.exp(valid_rec["nll"]))
+    assert [s for s, _ in list_checkpoints(tmp_path / "run/checkpoints")] == [4, 8]
+    ck = load_checkpoint(res.checkpoint)
+    assert ck.meta["tokenizer"]["type"] == "char" and ck.step == 8
+    avg = load_checkpoint(tmp_path / "run/checkpoints/averaged.npz")  # the paper's averaging
+    assert avg.meta["averaged_from"] == ["checkpoint_4.npz", "checkpoint_8.npz"]
+    want = average_checkpoints([tmp_path / "run/checkpoints/checkpoint_4.npz", res.checkpoint])
+    for k, v in avg.model.state_dict().items():
+        np.testing.assert_array_equal(v, want[k])
+    assert json.loads((tmp_path / "run/config.json").read_text())["task"]["name"] == "reverse"
+    assert res.test is not None and len(res.examples) == 2
+    assert any("exact-sequence accuracy" in x for x in lines)
+    assert 0.0 <= res.test["seq_acc"] <= 1.0
+
+
+def test_keep_checkpoints(tmp_path):
+    train(
+        small_config(tmp_path, checkpoint_every=2, keep_checkpoints=2),
+        progress=False,
+        echo=quiet,
+        final_eval=False,
+    )
+    assert [s for s, _ in list_checkpoints(tmp_path / "run/checkpoints")] == [6, 8]
+
+
+def test_evaluation_seq_acc_matches_greedy_decoding(tmp_path):
+    """Teacher-forced exact match equals greedy decoding's (the claim in train.py)."""
+    decode = pytest.importorskip("scratchformer.decode")
+    tr = Trainer(
+        small_config(tmp_path, max_steps=30, eval_every=0, checkpoint_every=0),
+        progress=False,
+        echo=quiet,
+    )
+    tr.run(final_eval=False)
+    m = evaluate(tr.model, tr.valid_pairs, 96)
+    out = decode.greedy_decode(tr.model, B.asarray(collate(tr.valid_pairs).src))
+    greedy = np.mean([list(o) == list(y) for o, (_, y) in zip(out, tr.valid_pairs)])
+    assert m["seq_acc"] == pytest.approx(greedy)
+
+
+# -- configuration --------------------------------------------------------------------------
+def test_config_errors_are_clear():
+    with pytest.raises(ConfigError, match="unknown key\\(s\\) \\['lr_max'\\] in \\[optim\\]"):
+        TrainConfig.from_dict({"optim": {"lr_max": 1.0}})
+    with pytest.raises(ConfigError, match="unknown top-level"):
+        TrainConfig.from_dict({"epochs": 3})
+    with pytest.raises(ConfigError, match="unknown task"):
+        TrainConfig.from_dict({"task": {"name": "translate"}})
+    with pytest.raises(ConfigError, match="vocab_size is set by the tokenizer"):
+        TrainConfig.from_dict({"model": {"vocab_size": 10}})
+
+
+def test_embedded_default_is_configs_reverse_toml():
+    assert TrainConfig.from_dict(read_toml(CONFIGS / "reverse.toml")) == TrainConfig()
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.toml")), ids=lambda p: p.name)
+def test_example_configs_are_valid(path):
+    cfg = TrainConfig.from_dict(read_toml(path))
+    assert cfg.task.name in ("copy", "reverse", "sort")
+
+
+# -- command line ---------------------------------------------------------------------------
+def _toml(tmp_path) -> Path:
+    p = tmp_path / "tiny.toml"
+    p.write_text(
+        """
+name = "cli"
+[task]
+name = "copy"
+symbols = 5
+max_len = 5
+train_size = 100
+valid_size = 10
+test_size = 4
+[model]
+preset = "tiny"
+[train]
+max_steps = 4
+max_tokens = 64
+checkpoint_every = 2
+eval_every = 2
+"""
+    )
+    return p
+
+
+def test_cli_train_resume_and_average(tmp_path, capsys):
+    cfg, run = _toml(tmp_path), tmp_path / "run"
+    argv = ["train", "--config", str(cfg), "--run-dir", str(run), "--no-progress"]
+    assert cli_main([*argv, "--steps", "2", "--set", "optim.warmup=5"]) == 0
+    out = capsys.readouterr().out
+    assert "exact-sequence accuracy" in out and "done: 2 steps" in out
+    # continue with the stored configuration and a new step budget
+    assert (
+        cli_main(["train", "--resume", "--run-dir", str(run), "--no-progress", "--steps", "4"]) == 0
+    )
+    assert "resuming cli at step 2" in capsys.readouterr().out
+    assert [s for s, _ in list_checkpoints(run / "checkpoints")] == [2, 4]
+    stored = json.loads((run / "config.json").read_text())
+    assert stored["optim"]["warmup"] == 5 and stored["train"]["max_steps"] == 4
+
+    assert cli_main(["average", str(run / "checkpoints"), "--last", "2"]) == 0
+    avg = load_checkpoint(run / "checkpoints/averaged.npz")
+    a, b = (load_checkpoint(run / f"checkpoints/checkpoint_{s}.npz") for s in (2, 4))
+    for k, v in avg.model.state_dict().items():
+        want = (a.model.state_dict()[k].astype(np.float64) + b.model.state_dict()[k]) / 2
+        np.testing.assert_allclose(v, want, rtol=1e-6, atol=1e-7)
+    assert avg.optimizer_state is None and avg.meta["tokenizer"]["type"] == "char"
+    assert len(avg.meta["averaged_from"]) == 2
+
+
+def test_cli_errors_are_clean(tmp_path, capsys):
+    assert cli_main(["train", "--config", str(tmp_path / "missing.toml")]) == 2
+    assert "no config file" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train\n")
+    assert cli_main(["train", "--config", str(bad)]) == 2
+    assert "not valid TOML" in capsys.readouterr().err
+    assert cli_main(["train", "--set", "train.nope=1", "--run-dir", str(tmp_path)]) == 2
+    assert "unknown key(s) ['nope'] in [train]" in capsys.readouterr().err
+    assert cli_main(["train", "--resume", "--run-dir", str(tmp_path / "empty")]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    assert cli_main(["average", str(tmp_path)]) == 2
+    assert "holds 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_default_run_reaches_99_percent_held_out(tmp_path):
+    """Must show 1 (about 2 minutes on 2 cores): the embedded default learns to reverse."""
+    res = train(TrainConfig(run_dir=str(tmp_path / "run")), progress=False, echo=quiet)
+    acc = res.test.get("seq_acc_decoded", res.test["seq_acc"])
+    assert acc >= 0.99
+
+
+def test_model_section_replaces_the_default_model_and_set_edits_it(tmp_path):
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    add_parser(sub)
+    parse = lambda *a: sub.choices["train"].parse_args(list(a))  # noqa: E731
+    p = tmp_path / "small.toml"
+    p.write_text('[model]\npreset = "small"\n')
+    cfg, _ = resolve_config(parse("--config", str(p), "--set", "model.N=1"))
+    assert cfg.model == {"preset": "small", "N": 1}  # the preset's d_model=256 is not overridden
+    cfg, _ = resolve_config(parse("--set", "model.d_model=32", "--steps", "7"))
+    assert cfg.model == {**TrainConfig().model, "d_model": 32} and cfg.train.max_steps == 7
