@@ -36,6 +36,7 @@ __all__ = [
     "rng",
     "host_rng",
     "scatter_add",
+    "rowdot",
     "is_array",
     "BackendError",
 ]
@@ -187,6 +188,17 @@ def scatter_add(target, indices, values) -> None:
     starts = numpy.flatnonzero(numpy.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
     sums = numpy.add.reduceat(values[order], starts, axis=0)
     target[sorted_ids[starts]] += sums
+
+
+def rowdot(a, b):
+    """``sum(a * b, axis=-1)`` without the (..., K) temporary: (..., K), (..., K) -> (...).
+
+    NumPy: the ``vecdot`` ufunc (a SIMD dot per row, several times faster than
+    ``(a * b).sum(-1)`` on short rows); CuPy: the plain expression.
+    """
+    if _state["name"] == "numpy" and hasattr(numpy, "vecdot"):
+        return numpy.vecdot(a, b)
+    return (a * b).sum(axis=-1)
 
 
 _env = os.environ.get("SCRATCHFORMER_BACKEND")

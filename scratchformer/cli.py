@@ -20,6 +20,8 @@ COMMANDS = [
     "scratchformer.commands.average",
     "scratchformer.commands.translate",
     "scratchformer.commands.plot",
+    "scratchformer.commands.data",
+    "scratchformer.commands.generate",
 ]
 
 

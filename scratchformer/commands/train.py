@@ -6,6 +6,10 @@ scratchformer train                               the embedded default (configs/
 scratchformer train --config configs/copy.toml    any TOML config: [task] [model] [optim] [train]
 scratchformer train --steps 5000 --set model.d_model=128     flags and --set override it
 scratchformer train --resume                      continue runs/<name> exactly where it stopped
+scratchformer train --task lm                     character-level language model on the WEB
+                                                  (after `scratchformer data web-text`)
+scratchformer train --task classify               verse -> genre classifier (after
+                                                  `scratchformer data genre`)
 
 Outputs go to runs/<name>: config.json, metrics.jsonl (for scratchformer plot curves) and
 checkpoints/checkpoint_<step>.npz.
@@ -19,6 +23,9 @@ from pathlib import Path
 
 from scratchformer.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from scratchformer.train import ConfigError, TrainConfig, train
+
+#: ``--task`` values trained by scratchformer/train_tasks.py instead of the seq2seq loop
+TASK_MODELS = ("lm", "classify")
 
 try:
     import tomllib
@@ -54,7 +61,13 @@ def add_parser(sub) -> None:
     p.add_argument("--name", help="run name; outputs go to runs/<name>")
     p.add_argument("--run-dir", help="output directory (default runs/<name>)")
     p.add_argument("--seed", type=int, help="seed of initialisation, data order and dropout")
-    p.add_argument("--task", choices=["copy", "reverse", "sort"], help="built-in task")
+    p.add_argument(
+        "--task",
+        choices=["copy", "reverse", "sort", *TASK_MODELS],
+        help="built-in task, or 'lm' / 'classify' (decoder-only LM, encoder classifier)",
+    )
+    p.add_argument("--data-dir", help="lm/classify: prepared data (default: data/)")
+    p.add_argument("--time-limit", type=float, help="lm/classify: stop after this many seconds")
     p.add_argument("--steps", type=int, help="optimizer steps (train.max_steps)")
     p.add_argument("--max-tokens", type=int, help="token budget per micro-batch")
     p.add_argument("--accum-steps", type=int, help="micro-batches per optimizer step")
@@ -164,7 +177,46 @@ def _stored_config(resume: str, overrides) -> dict:
     return stored
 
 
+def run_task_model(args) -> int:
+    """``--task lm`` / ``--task classify`` (scratchformer/train_tasks.py): flags and
+    ``--set KEY=VALUE`` / ``--set model.KEY=VALUE`` set ``TaskTrainConfig`` fields."""
+    from scratchformer.train_tasks import TaskTrainConfig, train_task  # noqa: PLC0415
+
+    if args.config is not None or args.resume is not None:
+        raise ConfigError(f"--task {args.task} takes flags and --set, not --config/--resume")
+    flags = {
+        "name": args.name,
+        "run_dir": args.run_dir,
+        "seed": args.seed,
+        "steps": args.steps,
+        "max_tokens": args.max_tokens,
+        "eval_every": args.eval_every,
+        "warmup": args.warmup,
+        "lr_factor": args.lr_factor,
+        "threads": args.threads,
+        "data_dir": args.data_dir,
+        "time_limit": args.time_limit,
+    }
+    kw = {k: v for k, v in flags.items() if v is not None}
+    model = {}
+    known = set(TaskTrainConfig.__dataclass_fields__)
+    for item in args.set:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE or model.KEY=VALUE")
+        key, value = (x.strip() for x in item.split("=", 1))
+        if key.startswith("model."):
+            model[key[len("model.") :]] = parse_value(value)
+        elif key in known and key not in ("task", "model"):
+            kw[key] = parse_value(value)
+        else:
+            raise ConfigError(f"--set {key}: expected model.KEY or one of {sorted(known)}")
+    train_task(TaskTrainConfig(task=args.task, model=model, **kw), progress=not args.no_progress)
+    return 0
+
+
 def run(args) -> int:
+    if args.task in TASK_MODELS:
+        return run_task_model(args)
     cfg, resume = resolve_config(args)
     t0 = time.perf_counter()
     result = train(cfg, resume=resume, overwrite=args.overwrite, progress=not args.no_progress)

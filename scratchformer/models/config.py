@@ -35,6 +35,18 @@ class TransformerConfig:
     eos_id: int = 2  # end of sentence: the last decoder output
     src_vocab_size: int | None = None  # only when share_embeddings != "all"
     seed: int = 0  # initialisation seed
+    # Self-attention variant (issue 6): "dense" (the paper), "relative" (Shaw et al.: key
+    # and value embeddings of distances clipped to +-max_relative_position), "relative_skew"
+    # (Music Transformer: per-head key embeddings, the skew trick; causal only), "local"
+    # (Image Transformer 1-D: blocks of local_block see their own and the previous block;
+    # causal only). Causal-only variants apply to causal self-attention (decoder, language
+    # model); an encoder then needs encoder_attention "dense" or "relative".
+    attention: str = "dense"
+    encoder_attention: str | None = None  # None: the same as attention
+    max_relative_position: int = 16  # k: relative distances are clipped to +-k
+    local_block: int = 64  # block size of local attention
+    # query block size for memory-efficient attention (None: dense)
+    attention_block: int | None = None
     extra: dict = field(default_factory=dict)  # free-form notes kept with checkpoints
 
     def __post_init__(self):
@@ -95,6 +107,24 @@ class TransformerConfig:
                 f"{name}={i} is outside the vocabulary of {min(self.vocab_size, self.src_vocab)}",
             )
         need(self.max_len >= 1, f"max_len must be >= 1, got {self.max_len}")
+        need(
+            self.attention in ATTENTION_KINDS,
+            f"attention={self.attention!r}: expected one of {list(ATTENTION_KINDS)}",
+        )
+        need(
+            self.encoder_attention in (None, "dense", "relative"),
+            f"encoder_attention={self.encoder_attention!r}: expected None, 'dense' or "
+            "'relative' (relative_skew and local are causal only)",
+        )
+        need(
+            self.max_relative_position >= 1,
+            f"max_relative_position must be >= 1, got {self.max_relative_position}",
+        )
+        need(self.local_block >= 1, f"local_block must be >= 1, got {self.local_block}")
+        need(
+            self.attention_block is None or self.attention_block >= 1,
+            f"attention_block must be None or >= 1, got {self.attention_block}",
+        )
 
     # -- presets and (de)serialisation -------------------------------------------------
     @classmethod
@@ -115,6 +145,10 @@ class TransformerConfig:
             raise ValueError(f"unknown config keys {unknown}")
         return cls(**d)
 
+
+#: self-attention variants; the causal-only ones need a causal mask (decoder, LM).
+ATTENTION_KINDS = ("dense", "relative", "relative_skew", "local")
+CAUSAL_ONLY_ATTENTION = ("relative_skew", "local")
 
 _BASE = dict(N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1, eps_ls=0.1)
 

@@ -33,7 +33,7 @@ from scratchformer.nn.transformer import Decoder, DecodeStateError, Encoder, KVC
 from scratchformer.ops.attention import causal_mask
 from scratchformer.ops.embedding import EmbeddingCache
 from scratchformer.ops.linear import LinearCache
-from scratchformer.ops.loss import LossCache, cross_entropy_backward, cross_entropy_forward
+from scratchformer.ops.loss import LossCache, cross_entropy_backward_, cross_entropy_forward_
 
 
 class TransformerCache(NamedTuple):
@@ -192,12 +192,17 @@ class Transformer(Module):
         self.check_inputs(src, tgt_in, tgt_out)
         logits, c_model = self.forward(src, tgt_in, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
-        loss, c_loss = cross_entropy_forward(logits, tgt_out, eps, self.config.pad_id)
+        # The logits are ours alone: the fused loss turns them into the probabilities.
+        loss, c_loss = cross_entropy_forward_(logits, tgt_out, eps, self.config.pad_id)
         return loss, TransformerLossCache(c_model, c_loss)
 
     def loss_backward(self, cache: TransformerLossCache, dloss=1.0):
-        """Back-propagates ``dloss * loss`` into every parameter's gradient."""
-        self.backward(cross_entropy_backward(dloss, cache.loss), cache.model)
+        """Back-propagates ``dloss * loss`` into every parameter's gradient.
+
+        Writes dlogits over the cached probabilities (no second (B, T, V) array), so a
+        cache serves one backward; a second call raises ValueError.
+        """
+        self.backward(cross_entropy_backward_(dloss, cache.loss), cache.model)
 
 
 __all__ = [

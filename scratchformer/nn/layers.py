@@ -12,9 +12,9 @@ from typing import NamedTuple
 from scratchformer import backend
 from scratchformer.backend import xp
 from scratchformer.nn.module import Module, normal, xavier_uniform
-from scratchformer.ops.activations import ACTIVATIONS
+from scratchformer.ops.activations import ACTIVATIONS, ACTIVATIONS_INPLACE
 from scratchformer.ops.dropout import DropoutCache, dropout_backward, dropout_forward
-from scratchformer.ops.embedding import EmbeddingCache, embedding_backward, embedding_forward
+from scratchformer.ops.embedding import EmbeddingCache, embedding_forward
 from scratchformer.ops.layernorm import LayerNormCache, layernorm_backward, layernorm_forward
 from scratchformer.ops.linear import LinearCache, linear_backward, linear_forward
 from scratchformer.ops.positional import (
@@ -70,9 +70,19 @@ class Embedding(Module):
         return out, cache
 
     def backward(self, dout, cache: EmbeddingCache):
+        """``grads["E"][ids] += dout * scale`` (repeated ids accumulate, pad rows get
+        nothing): the rows are scattered straight into the gradient, with no (V, D)
+        temporary (``embedding_backward`` would build one)."""
+        ids, _, pad_id = cache
+        d = dout.shape[-1]
+        ids = ids.reshape(-1)
+        rows = dout.reshape(-1, d)  # (N, D)
+        if pad_id is not None:
+            real = ids != pad_id
+            ids, rows = ids[real], rows[real]
         if self.scale != 1.0:
-            dout = dout * self.scale
-        self.grads["E"] += embedding_backward(dout, cache)
+            rows = rows * self.scale
+        backend.scatter_add(self.grads["E"], ids, rows)
 
     def project(self, h):
         """Tied output projection: h (B, T, D)  ->  logits (B, T, V) = h E^T (unscaled)."""
@@ -217,6 +227,8 @@ class PositionwiseFeedForward(Module):
                 f"unknown activation {activation!r}: expected one of {list(ACTIVATIONS)}"
             )
         self.act_forward, self.act_backward = ACTIVATIONS[activation]
+        # forward/backward below own the hidden arrays: the activation may work in place
+        self._act_forward_, self._act_backward_ = ACTIVATIONS_INPLACE[activation]
         self.dropout = Dropout(p_act_drop)
         self.add_parameter("W_1", xavier_uniform(rng, d_model, d_ff))
         self.add_parameter("b_1", xp.zeros(d_ff))
@@ -227,7 +239,7 @@ class PositionwiseFeedForward(Module):
         """x (B, T, D)  ->  (B, T, D)."""
         p = self.params
         u, c1 = linear_forward(x, p["W_1"], p["b_1"])  # (B, T, F)
-        a, c_act = self.act_forward(u)
+        a, c_act = self._act_forward_(u)  # u is ours alone: in place
         a, c_drop = self.dropout.forward(a, rng)
         out, c2 = linear_forward(a, p["W_2"], p["b_2"])  # (B, T, D)
         return out, FeedForwardCache(c1, c_act, c_drop, c2)
@@ -236,7 +248,7 @@ class PositionwiseFeedForward(Module):
         g = self.grads
         da, dW_2, db_2 = linear_backward(dout, cache.lin2)
         da = self.dropout.backward(da, cache.drop)
-        du = self.act_backward(da, cache.act)
+        du = self._act_backward_(da, cache.act)  # da is fresh: in place
         dx, dW_1, db_1 = linear_backward(du, cache.lin1)
         g["W_2"] += dW_2
         g["b_2"] += db_2

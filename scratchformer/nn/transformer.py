@@ -22,7 +22,11 @@ from typing import NamedTuple
 from scratchformer import backend
 from scratchformer.backend import xp
 from scratchformer.errors import ScratchformerError
-from scratchformer.nn.attention import MultiHeadAttention, MultiHeadAttentionCache
+from scratchformer.nn.attention import (
+    MultiHeadAttention,
+    MultiHeadAttentionCache,
+    set_attention_block,
+)
 from scratchformer.nn.layers import (
     AddNorm,
     AddNormCache,
@@ -41,6 +45,63 @@ from scratchformer.ops.positional import PositionalCache
 
 def _attention_kwargs(cfg):
     return dict(d_k=cfg.d_k, d_v=cfg.d_v, p_attn_drop=cfg.P_drop_attn)
+
+
+def make_self_attention(cfg, rng, causal: bool) -> MultiHeadAttention:
+    """The self-attention module ``cfg`` asks for (``cfg.attention``; an encoder uses
+    ``cfg.encoder_attention`` when set): dense, relative (Shaw), relative_skew (Music
+    Transformer) or local (Image Transformer). The causal-only variants refuse a
+    non-causal stack rather than silently attending to the future."""
+    from scratchformer.nn.local_attention import LocalMultiHeadAttention  # noqa: PLC0415
+    from scratchformer.nn.relative_attention import (  # noqa: PLC0415
+        RelativeMultiHeadAttention,
+        SkewMultiHeadAttention,
+    )
+
+    kind = getattr(cfg, "attention", "dense")
+    if not causal and getattr(cfg, "encoder_attention", None) is not None:
+        kind = cfg.encoder_attention
+    D, kw = cfg.d_model, _attention_kwargs(cfg)
+    if kind == "dense":
+        return MultiHeadAttention(D, cfg.h, rng=rng, **kw)
+    if kind == "relative":
+        k = cfg.max_relative_position
+        return RelativeMultiHeadAttention(D, cfg.h, rng=rng, max_relative_position=k, **kw)
+    if not causal:
+        raise ValueError(
+            f"attention={kind!r} is causal only (it needs the causal mask) and cannot serve "
+            "an encoder: set encoder_attention='dense' or 'relative' in the config"
+        )
+    if kind == "relative_skew":
+        k = cfg.max_relative_position
+        return SkewMultiHeadAttention(D, cfg.h, rng=rng, max_relative_position=k, **kw)
+    if kind == "local":
+        return LocalMultiHeadAttention(D, cfg.h, rng=rng, block=cfg.local_block, **kw)
+    raise ValueError(f"unknown attention {kind!r}")
+
+
+def _init_self_kv(sa, rows: int, capacity: int, dtype):
+    """Self-attention decoding buffers: ``capacity`` positions, or the ring of a local
+    attention (``sa.kv_slots()``, 2 blocks)."""
+    slots = sa.kv_slots() if hasattr(sa, "kv_slots") else capacity
+    self_k = xp.zeros((rows, sa.h, slots, sa.d_k), dtype=dtype)
+    self_v = xp.zeros((rows, sa.h, slots, sa.d_v), dtype=dtype)
+    return self_k, self_v
+
+
+def _self_attend_step(sa, a_in, kv, length: int):
+    """Incremental self-attention of a_in (R, T, D) at positions ``length ..``: the
+    variant's own ``step`` (relative positions, local ring) or the dense one."""
+    if hasattr(sa, "step"):
+        return sa.step(a_in, kv, length)
+    T = a_in.shape[1]
+    end = length + T
+    k_new, v_new = sa.project_kv(a_in)  # (R, H, T, Dh), (R, H, T, Dv)
+    kv.self_k[:, :, length:end] = k_new
+    kv.self_v[:, :, length:end] = v_new
+    # One new query sees every stored key; a block of T needs the causal mask.
+    mask = None if T == 1 else causal_mask(T, end, offset=length)  # (T, end)
+    return sa.infer(a_in, kv.self_k[:, :, :end], kv.self_v[:, :, :end], mask)
 
 
 # -- inference helpers: the forward math with dropout off and every cache dropped --------
@@ -72,6 +133,9 @@ class LayerKV:
 
     self_k (R, H, C, Dh), self_v (R, H, C, Dv): preallocated buffers of the masked
         self-attention's keys/values; positions ``0 .. KVCache.length - 1`` are filled.
+        A local-attention layer holds a ring of ``2 * local_block`` slots instead
+        (position p in slot ``p % (2 * local_block)``, see nn/local_attention.py).
+    cross_k, cross_v: None in a decoder-only language model.
     cross_k (B, H, S, Dh), cross_v (B, H, S, Dv): the encoder-decoder attention's
         keys/values, projected from the encoder output ONCE PER SENTENCE (not per beam).
         The K beams of a sentence share them: ``DecoderLayer.step`` folds the beams into
@@ -93,10 +157,14 @@ class KVCache:
     (``K = beams``; greedy decoding has K = 1), so ``R = B * K``.
 
     layers     one ``LayerKV`` per decoder layer
-    src_mask   (B, 1, 1, S) bool, True at real source tokens (cross-attention keys)
+    src_mask   (B, 1, 1, S) bool, True at real source tokens (cross-attention keys);
+               None for a decoder-only language model (no cross-attention)
     beams      K, rows per sentence
     length     target positions already stored; the next step's inputs sit at
                positions ``length, length + 1, ...`` (the positional-encoding offset)
+
+    limit      the most positions a step may reach (the position table's); local
+               attention keeps only a ring of 2 blocks, so its buffers are shorter
 
     ``reorder(rows, sentences)`` is called after each beam-search step: new row ``i``
     continues old row ``rows[i]`` (a surviving beam's parent), and finished sentences
@@ -107,6 +175,7 @@ class KVCache:
     src_mask: object
     beams: int
     length: int = 0
+    limit: int | None = None  # most target positions; None: the buffers' length
 
     @property
     def rows(self) -> int:
@@ -116,12 +185,14 @@ class KVCache:
     @property
     def sentences(self) -> int:
         """B, the sentences whose cross-attention keys are held."""
+        if self.src_mask is None:
+            return self.rows // self.beams
         return int(self.src_mask.shape[0])
 
     @property
     def capacity(self) -> int:
-        """C, the most target positions the buffers hold."""
-        return int(self.layers[0].self_k.shape[2])
+        """C, the most target positions a step may reach."""
+        return int(self.layers[0].self_k.shape[2]) if self.limit is None else int(self.limit)
 
     def reorder(self, rows, sentences=None) -> None:
         """Keep, for each new row ``i``, the self-attention keys/values of old row ``rows[i]``.
@@ -145,17 +216,18 @@ class KVCache:
             )
         if rows_h.size and (rows_h.min() < 0 or rows_h.max() >= self.rows):
             raise DecodeStateError(f"reorder: row index out of range for {self.rows} rows")
-        if sentences is not None:
+        if sentences is not None and self.src_mask is not None:
             sent = backend.asarray(np.asarray(backend.asnumpy(sentences), dtype=np.int64))
             self.src_mask = self.src_mask[sent]
             for lkv in self.layers:
                 lkv.cross_k, lkv.cross_v = lkv.cross_k[sent], lkv.cross_v[sent]
         if rows_h.size == self.rows and np.array_equal(rows_h, np.arange(self.rows)):
             return
-        idx, t, n = backend.asarray(rows_h), self.length, rows_h.size
+        idx, n = backend.asarray(rows_h), rows_h.size
         for lkv in self.layers:
             for name in ("self_k", "self_v"):
                 buf = getattr(lkv, name)
+                t = min(self.length, buf.shape[2])  # a local ring holds fewer slots
                 # Fancy indexing copies first, so writing into the same buffer is safe.
                 buf[:n, :, :t] = buf[idx, :, :t]
                 setattr(lkv, name, buf[:n])
@@ -173,10 +245,15 @@ class EncoderLayerCache(NamedTuple):
 
 
 class EncoderLayer(Module):
+    """Self-attention and FFN. ``CausalLayer`` is the same with causal self-attention
+    (the decoder-only language model's layer)."""
+
+    causal = False
+
     def __init__(self, cfg, rng):
         super().__init__()
         D, pre = cfg.d_model, cfg.norm == "pre"
-        self.self_attn = MultiHeadAttention(D, cfg.h, rng=rng, **_attention_kwargs(cfg))
+        self.self_attn = make_self_attention(cfg, rng, causal=self.causal)
         self.self_attn_norm = AddNorm(D, cfg.P_drop, pre, cfg.ln_eps)
         self.ffn = PositionwiseFeedForward(D, cfg.d_ff, cfg.activation, cfg.P_drop_ffn, rng)
         self.ffn_norm = AddNorm(D, cfg.P_drop, pre, cfg.ln_eps)
@@ -212,6 +289,25 @@ class EncoderLayer(Module):
         return _sublayer_infer(self.ffn_norm, x, lambda f_in: _ffn_infer(self.ffn, f_in))
 
 
+class CausalLayer(EncoderLayer):
+    """A decoder-only layer: causal self-attention and FFN (no cross-attention).
+
+    ``forward``/``backward`` are EncoderLayer's (the caller passes the causal mask);
+    ``step`` advances the decoding kv as ``DecoderLayer.step`` does."""
+
+    causal = True
+
+    def init_kv(self, rows: int, capacity: int, dtype) -> LayerKV:
+        self_k, self_v = _init_self_kv(self.self_attn, rows, capacity, dtype)
+        return LayerKV(self_k, self_v, None, None)
+
+    def step(self, x, kv: LayerKV, length: int):
+        """x (R, T, D) at positions ``length .. length + T - 1``  ->  (R, T, D)."""
+        sa = self.self_attn
+        x = _sublayer_infer(self.self_attn_norm, x, lambda a: _self_attend_step(sa, a, kv, length))
+        return _sublayer_infer(self.ffn_norm, x, lambda f_in: _ffn_infer(self.ffn, f_in))
+
+
 class DecoderLayerCache(NamedTuple):
     self_attn: SublayerCache  # of MultiHeadAttentionCache (masked)
     cross_attn: SublayerCache  # of MultiHeadAttentionCache (queries from the decoder)
@@ -222,7 +318,7 @@ class DecoderLayer(Module):
     def __init__(self, cfg, rng):
         super().__init__()
         D, pre = cfg.d_model, cfg.norm == "pre"
-        self.self_attn = MultiHeadAttention(D, cfg.h, rng=rng, **_attention_kwargs(cfg))
+        self.self_attn = make_self_attention(cfg, rng, causal=True)
         self.self_attn_norm = AddNorm(D, cfg.P_drop, pre, cfg.ln_eps)
         self.cross_attn = MultiHeadAttention(D, cfg.h, rng=rng, **_attention_kwargs(cfg))
         self.cross_attn_norm = AddNorm(D, cfg.P_drop, pre, cfg.ln_eps)
@@ -263,9 +359,7 @@ class DecoderLayer(Module):
         """Empty self-attention buffers for ``rows`` rows and ``capacity`` positions, and
         the cross-attention keys/values of ``memory`` (B, S, D), computed here, once."""
         cross_k, cross_v = self.cross_attn.project_kv(memory)  # (B, H, S, Dh), (B, H, S, Dv)
-        sa = self.self_attn
-        self_k = xp.zeros((rows, sa.h, capacity, sa.d_k), dtype=memory.dtype)
-        self_v = xp.zeros((rows, sa.h, capacity, sa.d_v), dtype=memory.dtype)
+        self_k, self_v = _init_self_kv(self.self_attn, rows, capacity, memory.dtype)
         return LayerKV(self_k, self_v, cross_k, cross_v)
 
     def step(self, y, kv: LayerKV, length: int, src_mask, beams: int):
@@ -282,16 +376,10 @@ class DecoderLayer(Module):
         3. the feed-forward network. Each inside its Add & Norm, dropout off.
         """
         R, T, D = y.shape
-        end = length + T
         sa = self.self_attn
 
         def self_attend(a_in):
-            k_new, v_new = sa.project_kv(a_in)  # (R, H, T, Dh), (R, H, T, Dv)
-            kv.self_k[:, :, length:end] = k_new
-            kv.self_v[:, :, length:end] = v_new
-            # One new query sees every stored key; a block of T needs the causal mask.
-            mask = None if T == 1 else causal_mask(T, end, offset=length)  # (T, end)
-            return sa.infer(a_in, kv.self_k[:, :, :end], kv.self_v[:, :, :end], mask)
+            return _self_attend_step(sa, a_in, kv, length)
 
         def cross_attend(x_in):
             B = R // beams
@@ -322,6 +410,7 @@ class _Stack(Module):
         self.dropout = Dropout(cfg.P_drop)
         self.layers = ModuleList(self.layer_class(cfg, rng) for _ in range(n_layers))
         self.norm = LayerNorm(cfg.d_model, cfg.ln_eps) if cfg.norm == "pre" else None
+        set_attention_block(self.layers, getattr(cfg, "attention_block", None))
 
     def _enter(self, x, rng, offset=0):
         x, c_pos = self.pos.forward(x, offset)
@@ -402,7 +491,7 @@ class Decoder(_Stack):
             raise DecodeStateError(f"beams must be >= 1, got {beams}")
         rows = memory.shape[0] * beams
         layers = [layer.init_kv(memory, rows, capacity) for layer in self.layers]
-        return KVCache(layers, src_mask, beams, 0)
+        return KVCache(layers, src_mask, beams, 0, capacity)
 
     def step(self, y, kv: KVCache):
         """y (R, T, D) scaled embeddings of the next T target tokens  ->  (R, T, D).
@@ -424,7 +513,45 @@ class Decoder(_Stack):
         return _layernorm_infer(self.norm, y) if self.norm is not None else y
 
 
+class CausalStack(Encoder):
+    """The decoder-only stack: positions, dropout, ``CausalLayer`` x N, final norm (pre-LN).
+
+    ``forward(x, mask)`` as the encoder's, with a causal (B, 1, T, T) mask; decoding with
+    ``init_kv`` / ``step`` as the decoder's, without cross-attention."""
+
+    layer_class = CausalLayer
+
+    def init_kv(self, rows: int, capacity: int | None = None, dtype=None) -> KVCache:
+        capacity = self.pos.max_len if capacity is None else int(capacity)
+        if not 1 <= capacity <= self.pos.max_len:
+            raise DecodeStateError(
+                f"kv capacity {capacity} must be in [1, {self.pos.max_len}] (config.max_len)"
+            )
+        dtype = backend.get_dtype() if dtype is None else dtype
+        layers = [layer.init_kv(rows, capacity, dtype) for layer in self.layers]
+        return KVCache(layers, None, 1, 0, capacity)
+
+    def step(self, x, kv: KVCache):
+        """x (R, T, D) scaled embeddings of the next T tokens  ->  (R, T, D)."""
+        R, T, _ = x.shape
+        if R != kv.rows:
+            raise DecodeStateError(f"step got {R} rows, the kv holds {kv.rows}")
+        if kv.length + T > kv.capacity:
+            raise DecodeStateError(
+                f"step would fill position {kv.length + T - 1}, beyond the kv capacity of "
+                f"{kv.capacity} positions"
+            )
+        x = self.pos.forward(x, kv.length)[0]
+        for layer, lkv in zip(self.layers, kv.layers):
+            x = layer.step(x, lkv, kv.length)
+        kv.length += T
+        return _layernorm_infer(self.norm, x) if self.norm is not None else x
+
+
 __all__ = [
+    "CausalLayer",
+    "CausalStack",
+    "make_self_attention",
     "DecodeStateError",
     "KVCache",
     "LayerKV",

@@ -12,8 +12,8 @@ import math
 from typing import NamedTuple
 
 from scratchformer.backend import xp
-from scratchformer.ops.dropout import DropoutCache, dropout_backward, dropout_forward
-from scratchformer.ops.softmax import SoftmaxCache, softmax_backward, softmax_forward
+from scratchformer.ops.dropout import DropoutCache, dropout_forward
+from scratchformer.ops.softmax import SoftmaxCache, softmax_, softmax_backward_
 
 
 class AttentionCache(NamedTuple):
@@ -41,11 +41,12 @@ def attention_forward(Q, K, V, mask=None, p_drop: float = 0.0, rng=None):
     Rows whose mask is all False (a query with nothing to attend to) output zeros.
     """
     scale = 1.0 / math.sqrt(Q.shape[-1])
-    scores = (Q @ K.swapaxes(-1, -2)) * scale  # (B, H, T, S)
-    A, sm_cache = softmax_forward(scores, mask)
+    scores = Q @ K.swapaxes(-1, -2)  # (B, H, T, S), a fresh array: worked on in place
+    scores *= scale
+    A, _, _ = softmax_(scores, mask)  # in scores' buffer
     A_drop, drop_cache = dropout_forward(A, p_drop, rng)
     O = A_drop @ V  # (B, H, T, Dv)
-    return O, AttentionCache(Q, K, V, sm_cache, A_drop, drop_cache, scale)
+    return O, AttentionCache(Q, K, V, SoftmaxCache(A), A_drop, drop_cache, scale)
 
 
 def attention_backward(dO, cache: AttentionCache):
@@ -56,13 +57,16 @@ def attention_backward(dO, cache: AttentionCache):
     1. ``A = softmax(Z)``    ->  ``dZ = A * (dA - sum(dA * A, -1))``
     0. ``Z = s Q K^T``       ->  ``dQ = s dZ K``, ``dK = s dZ^T Q`` (not ``Q^T dZ``)
 
-    Returns ``(dQ, dK, dV)``.
+    Returns ``(dQ, dK, dV)``. Steps 2 and 1 work in the buffer of ``dA'`` (one (B, H, T, S)
+    array in all).
     """
     Q, K, V, sm_cache, A_drop, drop_cache, scale = cache
-    dA_drop = dO @ V.swapaxes(-1, -2)  # (B, H, T, S)
+    dA = dO @ V.swapaxes(-1, -2)  # (B, H, T, S) dA', fresh
     dV = A_drop.swapaxes(-1, -2) @ dO  # (B, H, S, Dv)
-    dA = dropout_backward(dA_drop, drop_cache)
-    dZ = softmax_backward(dA, sm_cache)
+    if drop_cache.mask is not None:
+        dA *= drop_cache.mask
+        dA *= drop_cache.scale
+    dZ = softmax_backward_(dA, sm_cache.P)
     dZ *= scale
     dQ = dZ @ K  # (B, H, T, Dh)
     dK = dZ.swapaxes(-1, -2) @ Q  # (B, H, S, Dh)

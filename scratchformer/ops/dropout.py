@@ -11,28 +11,35 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from scratchformer.backend import xp
+
 
 class DropoutCache(NamedTuple):
-    mask: object  # same shape as x: 0 or 1/(1-p); None when dropout was off
+    mask: object  # bool, same shape as x: True where x survives; None when dropout was off
+    scale: float = 1.0  # 1 / (1 - p), the survivors' factor
 
 
 def dropout_forward(x, p: float, rng=None):
     """``out = x * m``, ``m = Bernoulli(1-p) / (1-p)``; identity when ``rng`` is None or p == 0.
 
-    Passing a generator is what turns dropout on: evaluation simply passes none.
+    Passing a generator is what turns dropout on: evaluation simply passes none. The
+    cache keeps the bool mask (1 byte per entry, not a float mask of 4 or 8).
     """
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if rng is None or p == 0.0:
         return x, DropoutCache(None)
     keep = rng.random(x.shape, dtype=x.dtype) >= p
-    mask = keep.astype(x.dtype)
-    mask *= 1.0 / (1.0 - p)
-    return x * mask, DropoutCache(mask)
+    scale = 1.0 / (1.0 - p)
+    out = xp.multiply(x, keep)
+    out *= scale
+    return out, DropoutCache(keep, scale)
 
 
 def dropout_backward(dout, cache: DropoutCache):
     """``dx = dout * m`` (the same mask as the forward)."""
     if cache.mask is None:
         return dout
-    return dout * cache.mask
+    dx = xp.multiply(dout, cache.mask)
+    dx *= cache.scale
+    return dx

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from scratchformer.backend import xp
+
 
 class LinearCache(NamedTuple):
     x: object  # (..., D_in) the input, needed for dW
@@ -37,5 +39,6 @@ def linear_backward(dout, cache: LinearCache):
     x2 = x.reshape(-1, d_in)  # (N, D_in)
     dout2 = dout.reshape(-1, d_out)  # (N, D_out)
     dW = x2.T @ dout2  # (D_in, D_out)
-    db = dout2.sum(axis=0) if has_bias else None
+    # column sums as a product with ones: NumPy's axis-0 reduction is several times slower
+    db = xp.ones(dout2.shape[0], dtype=dout2.dtype) @ dout2 if has_bias else None
     return dx, dW, db

@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from scratchformer.backend import xp
-from scratchformer.ops.softmax import log_softmax_forward
 
 
 class LossCache(NamedTuple):
@@ -29,6 +28,7 @@ class LossCache(NamedTuple):
     V: int  # vocabulary size, the last axis of the scores
     dtype: object  # dtype of the scores
     P: object  # (N..., V) softmax probabilities (fused form only, else None)
+    spent: object = None  # [bool]: True once an in-place backward wrote dlogits over P
 
 
 def _smoothing_weights(V: int, eps: float):
@@ -67,16 +67,22 @@ def label_smoothed_nll_forward(lprobs, target, eps: float = 0.0, pad_id: int | N
     )
 
 
-def _dscores_minus_q(base, cache: LossCache, dout):
-    """``(base - q) * keep * dout / n_tokens``; base is P (fused) or 0 (log-prob form)."""
+def _dscores_minus_q(base, cache: LossCache, dout, out=None):
+    """``(base - q) * keep * dout / n_tokens``; base is P (fused) or 0 (log-prob form).
+
+    Two passes over (N, V): ``base * r`` and ``- off * r`` with the per-row factor
+    ``r = keep * dout / n_tokens``, then the target entries get ``- on * r``.
+    """
     target, keep, eps, n_tokens = cache.target, cache.keep, cache.eps, cache.n_tokens
     off, on = _smoothing_weights(cache.V, eps)
-    d = base - off if eps else base.copy()  # subtract q: off everywhere ...
-    xp.put_along_axis(  # ... and 1 - eps - off more on the target
-        d, target[..., None], xp.take_along_axis(d, target[..., None], axis=-1) - on, axis=-1
-    )
-    d *= (keep * (dout / max(n_tokens, 1)))[..., None].astype(d.dtype)
-    return d
+    V = cache.V
+    r = (keep.reshape(-1, 1) * (dout / max(n_tokens, 1))).astype(cache.dtype)  # (N, 1)
+    d = xp.multiply(base.reshape(-1, V), r, out=None if out is None else out.reshape(-1, V))
+    if eps:
+        d -= off * r  # subtract q: off everywhere ...
+    rows = xp.arange(d.shape[0])
+    d[rows, target.reshape(-1)] -= on * r[:, 0]  # ... and 1 - eps - off more on the target
+    return d.reshape(base.shape)
 
 
 def label_smoothed_nll_backward(dout, cache: LossCache):
@@ -89,14 +95,73 @@ def cross_entropy_forward(logits, target, eps: float = 0.0, pad_id: int | None =
     """Fused log-softmax + label-smoothed NLL: logits (N..., V), target (N...) -> loss.
 
     The same value as ``label_smoothed_nll_forward(log_softmax(logits), ...)``, with a
-    backward that never materialises the log-softmax Jacobian.
+    backward that never materialises the log-softmax Jacobian, and without the log-prob
+    array: per row only ``m = max x``, ``lse = log sum exp(x - m)``, the shifted target
+    logit and (with smoothing) the row sum of ``x - m`` are needed, because
+
+        -lp[y] = lse - (x[y] - m),    -sum_k lp[k] = V lse - sum_k (x[k] - m).
+
+    The logits are not modified (the model calls ``cross_entropy_forward_`` instead,
+    which turns its own logits into the probabilities in place).
+    """
+    return cross_entropy_forward_(logits, target, eps, pad_id, overwrite=False)
+
+
+def cross_entropy_forward_(logits, target, eps=0.0, pad_id=None, overwrite: bool = True):
+    """``cross_entropy_forward`` that, with ``overwrite``, reuses ``logits`` as the
+    probability buffer (the caller must not need its logits any more).
+
+    Five passes over the (N, V) scores: max, subtract, (row sum,) exp, row sum, scale;
+    every other quantity is per row. Derivation: docs/derivations.md#label-smoothed-cross-entropy.
     """
     _check(logits, target)
-    lprobs, ls_cache = log_softmax_forward(logits)
-    loss, cache = label_smoothed_nll_forward(lprobs, target, eps, pad_id)
-    return loss, cache._replace(P=ls_cache.P)
+    V = logits.shape[-1]
+    off, on = _smoothing_weights(V, eps)
+    x = logits.reshape(-1, V)  # (N, V); a view when logits is contiguous
+    tgt = target.reshape(-1)  # (N,)
+    rows = xp.arange(tgt.shape[0])
+    m = x.max(axis=-1, keepdims=True)  # (N, 1)
+    e = xp.subtract(x, m, out=x if overwrite else None)  # (N, V) x - m
+    z_y = e[rows, tgt]  # (N,) shifted target logits
+    sum_z = e.sum(axis=-1) if eps else None  # (N,)
+    xp.exp(e, out=e)  # (N, V) unnormalised probabilities
+    s = e.sum(axis=-1, keepdims=True)  # (N, 1), >= 1 (the max entry gives exp(0))
+    e *= 1.0 / s  # P
+    lse = xp.log(s[:, 0])  # (N,)
+    nll = lse - z_y  # (N,) -lp[y]
+    per_token = on * nll
+    if eps:
+        per_token = per_token + off * (V * lse - sum_z)
+    keep = xp.ones(target.shape, dtype=bool) if pad_id is None else target != pad_id
+    keep_flat = keep.reshape(-1)
+    n_tokens = int(keep_flat.sum())
+    loss = (per_token * keep_flat).sum() / max(n_tokens, 1)
+    nll_sum = float((nll * keep_flat).sum())
+    P = e.reshape(logits.shape)  # (N..., V)
+    return loss.astype(logits.dtype), LossCache(
+        target, keep, eps, n_tokens, nll_sum, V, logits.dtype, P, [False]
+    )
 
 
 def cross_entropy_backward(dout, cache: LossCache):
     """``dlogits = (softmax(logits) - q) * keep * dout / n_tokens``."""
+    _check_unspent(cache)
     return _dscores_minus_q(cache.P, cache, dout)
+
+
+def _check_unspent(cache: LossCache):
+    if cache.spent is not None and cache.spent[0]:
+        raise ValueError(
+            "this loss cache was spent by an in-place backward (Transformer.loss_backward "
+            "writes dlogits over the probabilities): run the forward again"
+        )
+
+
+def cross_entropy_backward_(dout, cache: LossCache):
+    """``cross_entropy_backward`` writing ``dlogits`` over ``cache.P`` (no new (N, V)
+    array). The cache is spent: a second backward through it raises ValueError."""
+    _check_unspent(cache)
+    d = _dscores_minus_q(cache.P, cache, dout, out=cache.P)
+    if cache.spent is not None:
+        cache.spent[0] = True
+    return d

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from scratchformer import backend
 from scratchformer.backend import xp
 
 
@@ -31,6 +32,34 @@ def softmax_forward(x, mask=None):
     s = xp.where(s == 0, 1.0, s)
     P = e / s
     return P, SoftmaxCache(P)
+
+
+def softmax_(x, mask=None):
+    """``softmax_forward`` computed in place in ``x`` (scores the caller owns and will not
+    read again): no temporary of x's size. Returns ``(P, m, s)``: P is x's buffer, ``m``
+    (..., 1) the row max used (0 for a row with nothing unmasked) and ``s`` (..., 1) the
+    row sum of ``exp(x - m)`` (1 for such a row), so ``log-sum-exp = m + log(s)``.
+    """
+    if mask is not None:
+        xp.copyto(x, -xp.inf, where=xp.logical_not(mask))
+    m = x.max(axis=-1, keepdims=True)  # (..., 1)
+    if mask is not None:
+        m[xp.isneginf(m)] = 0.0
+    x -= m
+    xp.exp(x, out=x)
+    s = x.sum(axis=-1, keepdims=True)  # (..., 1)
+    if mask is not None:
+        s[s == 0] = 1.0
+    x *= 1.0 / s
+    return x, m, s
+
+
+def softmax_backward_(dP, P):
+    """``softmax_backward`` written over ``dP`` (owned by the caller): returns
+    ``P * (dP - sum(dP * P, -1))`` in dP's buffer."""
+    dP -= backend.rowdot(dP, P)[..., None]  # no (..., K) temporary
+    dP *= P
+    return dP
 
 
 def softmax_backward(dout, cache: SoftmaxCache):

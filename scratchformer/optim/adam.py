@@ -68,21 +68,42 @@ class Adam:
             raise OptimizerStateError(f"no gradient for parameters {missing[:8]}")
         self.t += 1
         b1, b2, t = self.beta1, self.beta2, self.t
-        # Fold both bias corrections into scalars: m_hat = m / c1, sqrt(v_hat) = sqrt(v) / c2.
+        # Fold both bias corrections into scalars: m_hat = m / c1, sqrt(v_hat) = sqrt(v) / c2,
+        # so lr * m_hat / (sqrt(v_hat) + eps) = (lr c2 / c1) * m / (sqrt(v) + eps c2).
         c1 = 1.0 - b1**t
         c2 = math.sqrt(1.0 - b2**t)
+        step_size, eps2 = lr * c2 / c1, self.eps * c2
         xp = backend.xp
+        # Everything in place: m, v, theta and one scratch array (a view of a buffer the
+        # size of the largest parameter), so a step allocates nothing.
         for name, theta in self.params.items():
             g = grads[name]
             m, v = self.m[name], self.v[name]
+            tmp = self._scratch(theta)
             m *= b1
-            m += (1.0 - b1) * g
+            xp.multiply(g, 1.0 - b1, out=tmp)
+            m += tmp  # m = b1 m + (1 - b1) g
             v *= b2
-            v += (1.0 - b2) * (g * g)
-            update = (m / c1) / (xp.sqrt(v) / c2 + self.eps)
+            xp.multiply(g, g, out=tmp)
+            tmp *= 1.0 - b2
+            v += tmp  # v = b2 v + (1 - b2) g^2
+            xp.sqrt(v, out=tmp)
+            tmp += eps2
+            xp.divide(m, tmp, out=tmp)
+            tmp *= step_size  # lr * m_hat / (sqrt(v_hat) + eps)
             if self.weight_decay:
-                update += self.weight_decay * theta
-            theta -= lr * update
+                theta *= 1.0 - lr * self.weight_decay  # decoupled: uses theta before the step
+            theta -= tmp
+
+    def _scratch(self, like):
+        """A scratch array of ``like``'s shape and dtype: a view of one flat buffer per
+        dtype, as large as the largest parameter of that dtype."""
+        bufs = self.__dict__.setdefault("_buffers", {})
+        buf = bufs.get(like.dtype)
+        if buf is None or buf.size < like.size:
+            n = max(int(p.size) for p in self.params.values() if p.dtype == like.dtype)
+            buf = bufs[like.dtype] = backend.xp.empty(max(n, int(like.size)), dtype=like.dtype)
+        return buf[: like.size].reshape(like.shape)
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -18,7 +18,9 @@ def global_grad_norm(grads: dict) -> float:
     ``inf`` or ``nan`` when a gradient is not finite)."""
     total = 0.0
     for g in grads.values():
-        total += float((g * g).sum())
+        # a dot product per tensor (no g * g temporary); ravel is a view when contiguous
+        flat = g.ravel() if g.flags.c_contiguous else g.reshape(-1)
+        total += float(flat @ flat)
     return math.sqrt(total)
 
 

@@ -1,0 +1,306 @@
+"""Training-step speed and memory, scratchformer (NumPy) against PyTorch eager, side by side.
+
+    python benchmarks/train_speed.py                          # d256, tiny, base at 1 and 2 threads
+    python benchmarks/train_speed.py --threads 1 --configs d256 --repeats 9
+    python benchmarks/train_speed.py --no-torch               # only our figures
+    python benchmarks/train_speed.py --no-memory              # skip the peak-memory runs
+
+One training step = zero the gradients, forward, backward, Adam (no clipping), on a batch
+of ``--batch`` sentences x ``--length`` tokens (source and target), float32, dropout 0.1,
+label smoothing 0.1. Configurations (vocabulary ``--vocab``, 8000 by default):
+
+    d256   the issue's model: N=3+3, d_model=256, h=4, d_ff=1024 (= the ``small`` preset)
+    tiny   the ``tiny`` preset (N=2, d_model=16, h=2, d_ff=32)
+    base   the paper's base model (N=6, d_model=512, h=8, d_ff=2048)
+
+Threads: the harness re-launches itself once per thread count with OMP_NUM_THREADS,
+OPENBLAS_NUM_THREADS and MKL_NUM_THREADS set before NumPy or torch is imported (and
+``torch.set_num_threads``), so both frameworks get the same number of cores. Within a
+run, our steps and torch's alternate (which goes first alternates too), so noise from
+other processes hits both; we report the median (and best) step and the ratio of our
+target tokens/s to torch's.
+
+Peak memory of a step: in a fresh process per framework, two warm-up steps (torch
+allocates its Adam moments lazily), ``malloc_trim``, reset the peak RSS
+(``/proc/self/clear_refs``), one step, then peak RSS minus the RSS before it. The same
+method for both; for ours also tracemalloc's peak of NumPy allocations during the step.
+
+Without torch installed only our figures are printed. A benchmark, not a test: nothing
+here asserts on a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CONFIGS = {
+    "d256": dict(preset="small"),
+    "tiny": dict(preset="tiny"),
+    "base": dict(preset="base"),
+}
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _torch_available() -> bool:
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec("torch") is not None
+    except Exception:
+        return False
+
+
+# -- child side -----------------------------------------------------------------------------
+def _setup(name, args):
+    """Our model, optimizer and step closure, and the host batch."""
+    from scratchformer import backend
+    from scratchformer.models import Transformer, TransformerConfig
+    from scratchformer.optim import Adam
+
+    overrides = dict(vocab_size=args.vocab, max_len=max(64, args.length))
+    if args.attention_block:
+        overrides["attention_block"] = args.attention_block
+    cfg = TransformerConfig.preset(CONFIGS[name]["preset"], **overrides)
+    np = backend.np
+    data = np.random.default_rng(0)
+    shape = (args.batch, args.length)
+    src, tgt_in, tgt_out = (data.integers(4, args.vocab, shape).astype(np.int64) for _ in "abc")
+    model = Transformer(cfg)
+    opt = Adam(model.parameters(), 0.9, 0.98, 1e-9)
+    drop = backend.rng(1)
+    s, ti, to = (backend.asarray(a) for a in (src, tgt_in, tgt_out))
+
+    def step():
+        model.zero_grad()
+        loss, cache = model.loss_forward(s, ti, to, rng=drop)
+        model.loss_backward(cache)
+        opt.step(model.gradients(), 1e-4)
+        return float(loss)
+
+    return cfg, model, step, (src, tgt_in, tgt_out)
+
+
+def _torch_step(cfg, batch, threads):
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import torch_reference
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model, opt = torch_reference.build(cfg)
+    return torch_reference.make_step(model, opt, *batch, cfg.eps_ls), torch.__version__
+
+
+def _child_speed(args):
+    out = []
+    for name in args.configs:
+        cfg, model, ours, batch = _setup(name, args)
+        steps = {"ours": ours}
+        info = {"config": name, "threads": args.threads[0], "params": model.num_parameters()}
+        if args.torch:
+            steps["torch"], info["torch_version"] = _torch_step(cfg, batch, args.threads[0])
+        for f in steps.values():  # warm-up: first-touch allocations, BLAS thread start
+            for _ in range(2):
+                f()
+        times = {k: [] for k in steps}
+        cpu = {k: [] for k in steps}
+        order = list(steps)
+        for r in range(args.repeats):
+            for k in order if r % 2 == 0 else order[::-1]:
+                c0, t0 = time.process_time(), time.perf_counter()
+                steps[k]()
+                times[k].append(time.perf_counter() - t0)
+                cpu[k].append(time.process_time() - c0)
+        tokens = args.batch * args.length
+        for k, ts in times.items():
+            info[k] = dict(
+                median_ms=statistics.median(ts) * 1e3,
+                best_ms=min(ts) * 1e3,
+                cpu_ms=statistics.median(cpu[k]) * 1e3,  # all threads' CPU time
+                tokens_per_s=tokens / statistics.median(ts),
+                best_tokens_per_s=tokens / min(ts),
+            )
+        out.append(info)
+        print(json.dumps(info), flush=True)
+    return out
+
+
+def _rss_kib(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _child_memory(args):
+    import ctypes
+
+    name, fw = args.configs[0], args.memory
+    cfg, _, ours, batch = _setup(name, args)
+    step = ours if fw == "ours" else _torch_step(cfg, batch, args.threads[0])[0]
+    for _ in range(2):
+        step()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+        reset = True
+    except OSError:
+        reset = False
+    before = _rss_kib("VmRSS")
+    step()
+    peak = _rss_kib("VmHWM")
+    info = dict(
+        config=name,
+        framework=fw,
+        rss_before_mib=before / 1024,
+        step_peak_rss_mib=(peak - before) / 1024 if reset else None,
+    )
+    if fw == "ours":
+        import tracemalloc
+
+        tracemalloc.start()
+        step()
+        info["step_peak_tracemalloc_mib"] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    print(json.dumps(info), flush=True)
+
+
+# -- parent side ----------------------------------------------------------------------------
+def _launch(args, threads, extra):
+    env = dict(os.environ)
+    for v in _THREAD_VARS:
+        env[v] = str(threads)
+    if args.blas_coretype:
+        env["OPENBLAS_CORETYPE"] = args.blas_coretype
+    cmd = [sys.executable, __file__, "--child", "--threads", str(threads), "--configs"]
+    cmd += args.configs + ["--batch", str(args.batch), "--length", str(args.length)]
+    cmd += ["--vocab", str(args.vocab), "--repeats", str(args.repeats)]
+    if args.attention_block:
+        cmd += ["--attention-block", str(args.attention_block)]
+    if not args.torch:
+        cmd.append("--no-torch")
+    res = subprocess.run(cmd + extra, env=env, capture_output=True, text=True)
+    if res.returncode:
+        sys.stderr.write(res.stderr)
+        raise SystemExit(f"child failed: {' '.join(cmd + extra)}")
+    return [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+
+
+def _blas() -> str:
+    from scratchformer import backend
+
+    try:
+        cfg = backend.np.show_config(mode="dicts")
+        b = cfg["Build Dependencies"]["blas"]
+        return f"{b['name']} {b.get('version', '')}"
+    except Exception:
+        return "unknown BLAS"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--configs", nargs="+", default=["d256", "tiny", "base"], choices=CONFIGS)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--length", type=int, default=32, help="source and target length")
+    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--repeats", type=int, default=7, help="timed steps per framework")
+    p.add_argument("--attention-block", type=int, default=None, help="memory-efficient attn")
+    p.add_argument(
+        "--blas-coretype",
+        help="set OPENBLAS_CORETYPE in the runs (e.g. SkylakeX: AVX-512 kernels); default: "
+        "inherit the environment's",
+    )
+    p.add_argument("--no-torch", dest="torch", action="store_false")
+    p.add_argument("--no-memory", dest="memory_runs", action="store_false")
+    p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--memory", choices=["ours", "torch"], help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        return _child_memory(args) if args.memory else _child_speed(args)
+    if args.torch and not _torch_available():
+        print("torch is not installed: printing only scratchformer's figures")
+        args.torch = False
+
+    import numpy  # only for the version line (the package itself imports it in backend)
+
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, NumPy {numpy.__version__} ({_blas()})"
+    )
+    core = args.blas_coretype or os.environ.get("OPENBLAS_CORETYPE")
+    print(f"OPENBLAS_CORETYPE={core or '(unset: OpenBLAS detects the CPU)'}")
+    print(
+        f"batch {args.batch} x {args.length} tokens, vocabulary {args.vocab}, float32, "
+        f"dropout 0.1, label smoothing 0.1, Adam; median of {args.repeats} interleaved steps"
+    )
+    speed = []
+    for n in args.threads:
+        speed += _launch(args, n, [])
+    hdr = f"{'config':<6} {'thr':>3} {'params':>7} {'ours ms':>8} {'(cpu)':>6} {'ours tok/s':>10}"
+    if args.torch:
+        hdr += f" {'torch ms':>8} {'(cpu)':>6} {'torch tok/s':>11} {'ratio':>6} {'best':>6}"
+    print(hdr)
+    for r in speed:
+        o = r["ours"]
+        line = (
+            f"{r['config']:<6} {r['threads']:>3} {r['params'] / 1e6:>6.1f}M "
+            f"{o['median_ms']:>8.0f} {o['cpu_ms']:>6.0f} {o['tokens_per_s']:>10.0f}"
+        )
+        if args.torch:
+            t = r["torch"]
+            ratio = o["tokens_per_s"] / t["tokens_per_s"]
+            best = o["best_tokens_per_s"] / t["best_tokens_per_s"]
+            line += (
+                f" {t['median_ms']:>8.0f} {t['cpu_ms']:>6.0f} {t['tokens_per_s']:>11.0f}"
+                f" {ratio:>5.2f}x {best:>5.2f}x"
+            )
+        print(line)
+    print("ms: median wall-clock step; (cpu): median CPU time of the step, all threads")
+    if args.torch:
+        print(
+            f"torch {speed[0].get('torch_version')}; ratio = our tokens/s / torch's "
+            "(medians); best = the same from each side's fastest step"
+        )
+    memory = []
+    if args.memory_runs:
+        saved = args.configs
+        for name in saved:
+            args.configs = [name]
+            for fw in ["ours"] + (["torch"] if args.torch else []):
+                memory += _launch(args, args.threads[0], ["--memory", fw])
+        args.configs = saved
+        print(f"peak memory of one training step ({args.threads[0]} thread), MiB above the RSS")
+        print(
+            f"{'config':<6} {'framework':<9} {'RSS before':>10} {'step peak':>9} "
+            f"{'tracemalloc':>11}"
+        )
+        for m in memory:
+            tm = m.get("step_peak_tracemalloc_mib")
+            sp = m["step_peak_rss_mib"]
+            print(
+                f"{m['config']:<6} {m['framework']:<9} {m['rss_before_mib']:>10.0f} "
+                f"{'n/a' if sp is None else f'{sp:.0f}':>9} "
+                f"{'' if tm is None else f'{tm:.0f}':>11}"
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(speed=speed, memory=memory), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""A decoder-only causal language model with tied embeddings.
+
+    h      = CausalStack(E[x] * sqrt(D))          N layers of causal self-attention + FFN
+    logits = h E^T                                the output projection shares E, unscaled
+    loss   = cross-entropy(logits, next tokens), mean over non-pad targets
+
+Any self-attention variant of the config works (``attention``: dense, relative,
+relative_skew, local); decoding (``init_kv`` / ``decode_step``, and ``generate`` in
+scratchformer/decode/sample.py) advances a ``KVCache`` one position at a time.
+
+Parameter names: ``embed.E`` (V, D); ``decoder.pos.P`` (learned positions only);
+``decoder.layers.{i}.self_attn.W_q|W_k|W_v|W_o`` (+ ``E_k|E_v`` or ``E_r``);
+``decoder.layers.{i}.self_attn_norm.gamma|beta``, ``...ffn.W_1|b_1|W_2|b_2``,
+``...ffn_norm.gamma|beta``; ``decoder.norm.gamma|beta`` (pre-LN only).
+
+Dimension key: ``B`` batch, ``T`` length, ``D`` d_model, ``V`` vocabulary, ``R`` rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from scratchformer import backend
+from scratchformer.errors import ShapeError, check_length, check_rank, check_token_ids
+from scratchformer.models.config import TransformerConfig
+from scratchformer.models.transformer import padding_mask
+from scratchformer.nn.layers import Embedding
+from scratchformer.nn.module import Module
+from scratchformer.nn.transformer import CausalStack, DecodeStateError, KVCache, StackCache
+from scratchformer.ops.attention import causal_mask
+from scratchformer.ops.embedding import EmbeddingCache
+from scratchformer.ops.linear import LinearCache
+from scratchformer.ops.loss import LossCache, cross_entropy_backward, cross_entropy_forward
+
+
+class LMCache(NamedTuple):
+    embed: EmbeddingCache  # ids (B, T)
+    decoder: StackCache  # h (B, T, D)
+    output: LinearCache  # h (B, T, D) @ E^T
+
+
+class LMLossCache(NamedTuple):
+    model: LMCache
+    loss: LossCache  # P (B, T, V), targets, padding
+
+
+class LanguageModel(Module):
+    """``LanguageModel(TransformerConfig(vocab_size=V, N=4, ...))``; ``N`` is the layer
+    count (``N_dec`` and the source-side fields are unused)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = cfg = config
+        rng = backend.host_rng(cfg.seed)
+        self.embed = Embedding(cfg.vocab_size, cfg.d_model, cfg.pad_id, math.sqrt(cfg.d_model), rng)
+        self.decoder = CausalStack(cfg, cfg.N, rng)
+
+    def check_ids(self, ids, name="ids"):
+        check_rank(ids, 2, name, "(B, T)")
+        check_token_ids(ids, self.config.vocab_size, name)
+        check_length(ids.shape[1], self.config.max_len, name)
+        if ids.shape[1] == 0:
+            raise ShapeError(f"{name} is empty (length 0)")
+
+    def mask(self, ids):
+        """Self-attention mask: causal and not padding, (B, 1, T, T). Local attention builds
+        its causal band itself and gets only the (B, 1, 1, T) padding mask (no O(T^2))."""
+        pad = padding_mask(ids, self.config.pad_id)  # (B, 1, 1, T)
+        if self.config.attention == "local":
+            return pad
+        return causal_mask(ids.shape[1])[None, None] & pad
+
+    def forward(self, ids, rng=None):
+        """ids (B, T) int  ->  logits (B, T, V), cache. ``rng`` turns dropout on."""
+        self.check_ids(ids)
+        x, c_emb = self.embed.forward(ids)  # (B, T, D), scaled
+        h, c_dec = self.decoder.forward(x, self.mask(ids), rng)
+        logits, c_out = self.embed.project(h)  # (B, T, V)
+        return logits, LMCache(c_emb, c_dec, c_out)
+
+    def backward(self, dlogits, cache: LMCache):
+        """dlogits (B, T, V): adds into every parameter's gradient (E twice: tied)."""
+        dh = self.embed.project_backward(dlogits, cache.output)
+        dx = self.decoder.backward(dh, cache.decoder)
+        self.embed.backward(dx, cache.embed)
+
+    def loss_forward(self, ids, targets, rng=None, eps_ls=None):
+        """ids (B, T) inputs, targets (B, T) the next tokens (pad where none)  ->  mean
+        cross-entropy over non-pad targets (label-smoothed with ``eps_ls``, default
+        the config's), cache."""
+        check_rank(targets, 2, "targets", "(B, T)")
+        if targets.shape != ids.shape:
+            raise ShapeError(f"targets {tuple(targets.shape)} must match ids {tuple(ids.shape)}")
+        logits, c_model = self.forward(ids, rng)
+        eps = self.config.eps_ls if eps_ls is None else eps_ls
+        loss, c_loss = cross_entropy_forward(logits, targets, eps, self.config.pad_id)
+        return loss, LMLossCache(c_model, c_loss)
+
+    def loss_backward(self, cache: LMLossCache, dloss=1.0):
+        self.backward(cross_entropy_backward(dloss, cache.loss), cache.model)
+
+    # -- inference ----------------------------------------------------------------------
+    def init_kv(self, rows: int, capacity: int | None = None) -> KVCache:
+        """An empty decoding state for ``rows`` sequences (up to ``capacity`` positions)."""
+        return self.decoder.init_kv(rows, capacity, self.embed.params["E"].dtype)
+
+    def decode_step(self, tokens, kv: KVCache):
+        """tokens (R, T) the next T inputs of every row  ->  logits (R, T, V); positions
+        continue at ``kv.length``. A whole prefix at once equals ``forward``."""
+        check_rank(tokens, 2, "tokens", "(R, T)")
+        check_token_ids(tokens, self.config.vocab_size, "tokens")
+        if tokens.shape[0] != kv.rows:
+            raise DecodeStateError(
+                f"decode_step got {tokens.shape[0]} rows, the kv holds {kv.rows}"
+            )
+        h = self.decoder.step(self.embed.forward(tokens)[0], kv)  # (R, T, D)
+        return h @ self.embed.params["E"].T  # (R, T, V)
+
+
+__all__ = ["LMCache", "LMLossCache", "LanguageModel"]

@@ -1,0 +1,114 @@
+"""Masked local block self-attention (Image Transformer 1-D).
+
+- float64 finite differences of Q, K, V (with padding, dropout, ragged last block);
+- equals dense attention with the equivalent band mask, for lengths that are not a
+  multiple of the block size, with key padding;
+- a block at least as long as the sequence is plain causal attention;
+- the blocked scores hold O(L * M) entries, not O(L^2).
+
+Dimension key: B batch, H heads, L length, M block, Dh d_k, Dv d_v.
+"""
+
+import numpy as np
+import pytest
+
+from scratchformer import backend as B
+from scratchformer.gradcheck import check_op
+from scratchformer.ops.attention import attention_backward, attention_forward, causal_mask
+from scratchformer.ops.local_attention import (
+    band_mask,
+    local_attention_backward,
+    local_attention_forward,
+)
+
+pytestmark = pytest.mark.usefixtures("backend")
+
+Bn, H, Dh, Dv = 2, 3, 4, 6
+
+
+def rand(r, *shape):
+    return B.asarray(r.standard_normal(shape))
+
+
+def padded_keys(L, pad_from):
+    """(B, 1, 1, L): row 0 all real, row 1 padded from ``pad_from``."""
+    keys = np.ones((Bn, L), bool)
+    keys[1, pad_from:] = False
+    return B.asarray(keys[:, None, None, :])
+
+
+@pytest.mark.parametrize("L, M", [(7, 3), (8, 3), (5, 2), (4, 6)])
+@pytest.mark.parametrize("p_drop", [0.0, 0.2])
+def test_local_gradients(f64, L, M, p_drop):
+    """Q, K, V with the last block ragged (L % M != 0) and a padded row."""
+    r = np.random.default_rng(0)
+    rep = check_op(
+        local_attention_forward,
+        local_attention_backward,
+        rand(r, Bn, H, L, Dh),
+        rand(r, Bn, H, L, Dh),
+        rand(r, Bn, H, L, Dv),
+        block=M,
+        mask=padded_keys(L, max(1, L - 2)),
+        p_drop=p_drop,
+        rng=4,
+    )
+    assert rep.passed, "\n" + rep.table()
+
+
+@pytest.mark.parametrize("L, M", [(7, 3), (10, 4), (13, 5), (9, 3), (11, 1)])
+def test_local_equals_dense_with_the_band_mask(f64, L, M):
+    """Blocked local attention == dense attention masked by ``(j <= i) & (j // M >=
+    i // M - 1)`` and key padding; lengths not a multiple of M (and one that is)."""
+    r = np.random.default_rng(1)
+    Q, K, V = rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dv)
+    pad = padded_keys(L, L - 3)
+    local, _ = local_attention_forward(Q, K, V, M, pad)
+    dense, _ = attention_forward(Q, K, V, band_mask(L, M)[None, None] & pad)
+    np.testing.assert_allclose(B.asnumpy(local), B.asnumpy(dense), atol=1e-12)
+    # the gradients agree too
+    dO = rand(r, *local.shape)
+    _, c_local = local_attention_forward(Q, K, V, M, pad)
+    _, c_dense = attention_forward(Q, K, V, band_mask(L, M)[None, None] & pad)
+    for a, b in zip(local_attention_backward(dO, c_local), attention_backward(dO, c_dense)):
+        np.testing.assert_allclose(B.asnumpy(a), B.asnumpy(b), atol=1e-12)
+
+
+def test_the_band_mask_is_what_t2t_describes(f64):
+    """Query i sees key j iff j <= i and j is in i's block or the block before."""
+    L, M = 10, 3
+    m = B.asnumpy(band_mask(L, M))
+    for i in range(L):
+        for j in range(L):
+            assert m[i, j] == (j <= i and i // M - 1 <= j // M)
+
+
+def test_a_block_as_long_as_the_sequence_is_causal_attention(f64):
+    r = np.random.default_rng(2)
+    L = 6
+    Q, K, V = rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dv)
+    local, _ = local_attention_forward(Q, K, V, L, None)
+    dense, _ = attention_forward(Q, K, V, causal_mask(L))
+    np.testing.assert_allclose(B.asnumpy(local), B.asnumpy(dense), atol=1e-12)
+
+
+def test_a_causal_mask_is_read_as_key_padding(f64):
+    """The decoder's (B, 1, T, T) causal & padding mask gives the same output as its
+    (B, 1, 1, T) padding part: local attention builds the causal band itself."""
+    r = np.random.default_rng(3)
+    L, M = 7, 3
+    Q, K, V = rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dv)
+    pad = padded_keys(L, 5)
+    a, _ = local_attention_forward(Q, K, V, M, pad)
+    b, _ = local_attention_forward(Q, K, V, M, causal_mask(L)[None, None] & pad)
+    np.testing.assert_allclose(B.asnumpy(a), B.asnumpy(b), atol=0)
+
+
+def test_scores_hold_L_times_2M_entries_not_L_squared(f64):
+    """The only per-pair arrays are (B, H, nb, M, 2M): L * 2M per head, against L^2."""
+    r = np.random.default_rng(4)
+    L, M = 64, 8
+    Q = rand(r, 1, 1, L, Dh)
+    _, cache = local_attention_forward(Q, Q, Q, M, None)
+    assert cache.softmax.P.size == L * 2 * M
+    assert cache.A_drop.size == L * 2 * M
