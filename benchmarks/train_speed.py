@@ -4,6 +4,7 @@
     python benchmarks/train_speed.py --threads 1 --configs d256 --repeats 9
     python benchmarks/train_speed.py --no-torch               # only our figures
     python benchmarks/train_speed.py --no-memory              # skip the peak-memory runs
+    python benchmarks/train_speed.py --blas-coretype SkylakeX # OpenBLAS's AVX-512 kernels
 
 One training step = zero the gradients, forward, backward, Adam (no clipping), on a batch
 of ``--batch`` sentences x ``--length`` tokens (source and target), float32, dropout 0.1,
