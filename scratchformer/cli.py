@@ -19,6 +19,7 @@ COMMANDS = [
     "scratchformer.commands.train",
     "scratchformer.commands.average",
     "scratchformer.commands.translate",
+    "scratchformer.commands.evaluate",
     "scratchformer.commands.plot",
     "scratchformer.commands.data",
     "scratchformer.commands.generate",

@@ -502,10 +502,20 @@ class Trainer:
                 f"(checkpoint vs run: {diff})"
             )
         stored_task = ck.meta.get("train_config", {}).get("task")
+        if stored_task is not None:  # keys added since the checkpoint take their defaults
+            stored_task = {**TaskConfig().to_dict(), **stored_task}
         if stored_task is not None and stored_task != self.cfg.task.to_dict():
             raise ConfigError(
                 f"cannot resume from {path}: it was trained on different [task] settings, "
                 "so its data order would not continue"
+            )
+        stored_tok = ck.meta.get("tokenizer")
+        if stored_tok is not None and stored_tok != self.tokenizer.to_dict():
+            raise ConfigError(
+                f"cannot resume from {path}: its vocabulary differs from this run's "
+                f"(the checkpoint's {stored_tok.get('type')} tokenizer has "
+                f"{ck.config.vocab_size} ids, this run's {len(self.tokenizer.vocab)}); "
+                f"was {self.cfg.task.data_dir or 'the data'} prepared again?"
             )
         if ck.optimizer_state is None or ck.train_state is None:
             raise CheckpointError(
@@ -604,6 +614,12 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
         if self.step == 0:
+            dropped = getattr(self.data, "dropped", 0)
+            if dropped:
+                self.echo(
+                    f"left out {dropped} training pairs longer than task.max_len="
+                    f"{cfg.task.max_len} tokens"
+                )
             self.echo(
                 f"training {cfg.name}: task {cfg.task.name} ({len(self.train_pairs)} train / "
                 f"{len(self.valid_pairs)} valid / {len(self.test_pairs)} test), "
@@ -683,7 +699,21 @@ class Trainer:
             m["seq_acc_decoded"] = sum(right) / len(right)
             m["decode"] = method
             m["decode_seconds"] = time.perf_counter() - t0
+            if self.cfg.task.name == "translate":
+                m.update(self._bleu(outputs))
         return m, outputs
+
+    def _bleu(self, outputs) -> dict:
+        """sacreBLEU BLEU/chrF of decoded test outputs (empty when sacreBLEU is missing)."""
+        from scratchformer.bleu import ScoringError, corpus_scores  # noqa: PLC0415
+
+        hyps = [self.tokenizer.decode(o) for o in outputs]
+        try:
+            s = corpus_scores(hyps, [t for _, t in self.data.test])
+        except ScoringError as e:
+            self.echo(f"  (no BLEU: {e})")
+            return {}
+        return {k: s[k] for k in ("bleu", "chrf", "bleu_signature")}
 
     def average_model(self) -> tuple[Transformer, list] | tuple[None, list]:
         """The paper's checkpoint averaging: a model whose parameters are the mean of the
@@ -738,10 +768,13 @@ class Trainer:
             steps = ", ".join(map(str, avg_steps))
             rows.append((f"average of the last {len(avg_steps)} checkpoints ({steps})", m))
         for label, mm in rows:
+            bleu = f"BLEU {mm['bleu']:.2f}, chrF {mm['chrf']:.2f}, " if "bleu" in mm else ""
             self.echo(
-                f"  {label}: exact-sequence accuracy {mm['seq_acc_decoded']:.2%} ({how}), "
+                f"  {label}: {bleu}exact-sequence accuracy {mm['seq_acc_decoded']:.2%} ({how}), "
                 f"token accuracy {mm['token_acc']:.2%}, perplexity {mm['ppl']:.3f}"
             )
+        if "bleu_signature" in m:
+            self.echo(f"  sacreBLEU signature: {m['bleu_signature']}")
         return m, examples
 
 

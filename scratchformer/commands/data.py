@@ -5,6 +5,11 @@
                                     data/genre.{train,dev,test}.tsv  (label<TAB>verse<TAB>ref)
     scratchformer data web-text     World English Bible verses, one per line, for the
                                     character-level language model: data/web.{train,dev,test}.txt
+    scratchformer data bible        verse-aligned translation pairs, Spanish (Reina-Valera
+                                    1909) -> English (WEB): data/bible/{train,dev,test}.tsv
+                                    (source<TAB>target<TAB>ref); --pair kjv-web for KJV -> WEB
+                                    in data/bible-kjv-web/. Chapters whose verse numbering
+                                    differs between the texts are dropped (listed with -v).
 
 Both read the World English Bible from the Debian package ``sword-text-web`` with the
 ``pysword`` reader and split by chapter (a hash of "Book.chapter"), so that no chapter
@@ -12,6 +17,10 @@ has verses on both sides. Install once:
 
     sudo apt-get install -y sword-text-web       (or apt-get download + dpkg-deb -x, and
     pip install -e '.[data]'                      --sword-path DIR/usr/share/sword)
+
+``data bible`` installs the SWORD packages it lacks by itself where it can: as root on a
+Debian machine with ``apt-get install``, elsewhere with ``apt-get download`` + ``dpkg-deb
+-x`` into ~/.cache/scratchformer/sword; otherwise it stops with the commands to run.
 """
 
 from __future__ import annotations
@@ -27,7 +36,24 @@ def add_parser(sub) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("dataset", choices=["genre", "web-text"], help="what to prepare")
+    p.add_argument("dataset", choices=["genre", "web-text", "bible"], help="what to prepare")
+    p.add_argument(
+        "--pair",
+        choices=["sparv-web", "kjv-web"],
+        default="sparv-web",
+        help="bible: source -> target texts (default sparv-web: Spanish RV1909 -> English WEB)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="bible: output directory (default: <data-dir>/bible, <data-dir>/bible-kjv-web)",
+    )
+    p.add_argument(
+        "--no-install",
+        action="store_true",
+        help="bible: never run apt-get; fail with the commands to run instead",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="bible: list dropped chapters")
     p.add_argument("--data-dir", default="data", help="output directory (default: data/)")
     p.add_argument(
         "--sword-path",
@@ -52,6 +78,8 @@ def run(args) -> int:
     if not (0 <= args.dev < 1 and 0 <= args.test < 1 and args.dev + args.test < 1):
         raise ValueError(f"--dev {args.dev} and --test {args.test} must leave some training data")
     t0 = time.perf_counter()
+    if args.dataset == "bible":
+        return run_bible(args, t0)
     bible = open_bible(args.module, args.sword_path)
     verses = iter_verses(bible)
     if args.dataset == "genre":
@@ -69,4 +97,45 @@ def run(args) -> int:
             print(f"{s:<5}  {lines:>6} verses  {chars:>9} characters")
         files = "web.{train,dev,test}.txt"
     print(f"wrote {args.data_dir}/{files} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def run_bible(args, t0: float) -> int:
+    from pathlib import Path  # noqa: PLC0415
+
+    from scratchformer.data.bible import iter_verses, open_bible  # noqa: PLC0415
+    from scratchformer.data.bible_pairs import (  # noqa: PLC0415
+        PAIRS,
+        align_texts,
+        ensure_modules,
+        write_pairs,
+    )
+
+    src_mod, tgt_mod = PAIRS[args.pair]
+    where = ensure_modules([src_mod, tgt_mod], args.sword_path, install=not args.no_install)
+    out = Path(
+        args.out
+        or Path(args.data_dir) / ("bible" if args.pair == "sparv-web" else f"bible-{args.pair}")
+    )
+    src = iter_verses(open_bible(src_mod, where))
+    tgt = iter_verses(open_bible(tgt_mod, where))
+    s, t, rep = align_texts(src, tgt)
+    counts = write_pairs(out, s, t, args.dev, args.test)
+    for stale in out.glob("spm-bpe-*.json"):  # a BPE learnt from the previous files
+        stale.unlink()
+    dropped = len(rep.dropped_numbering) + len(rep.dropped_shift)
+    print(
+        f"{src_mod} -> {tgt_mod}: {rep.chapters} chapters in both, {rep.kept} kept, "
+        f"{dropped} dropped as misaligned ({len(rep.dropped_numbering)} by verse numbering, "
+        f"{len(rep.dropped_shift)} by shifted verse lengths)"
+    )
+    print(f"{len(rep.dropped_verses)} verse pairs of kept chapters dropped (one side > 3x longer)")
+    if args.verbose:
+        print("  numbering: " + ", ".join(rep.dropped_numbering))
+        print("  shifted:   " + ", ".join(rep.dropped_shift))
+        print("  verses:    " + ", ".join(rep.dropped_verses))
+    for split, n in counts.items():
+        print(f"{split:<5}  {n:>6} pairs")
+    print(f"total  {sum(counts.values()):>6} pairs")
+    print(f"wrote {out}/{{train,dev,test}}.tsv in {time.perf_counter() - t0:.1f} s")
     return 0

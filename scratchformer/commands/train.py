@@ -38,6 +38,7 @@ FLAG_KEYS = {
     "run_dir": (None, "run_dir"),
     "seed": (None, "seed"),
     "task": ("task", "name"),
+    "data_dir": ("task", "data_dir"),
     "steps": ("train", "max_steps"),
     "max_tokens": ("train", "max_tokens"),
     "accum_steps": ("train", "accum_steps"),
@@ -47,6 +48,23 @@ FLAG_KEYS = {
     "threads": ("train", "threads"),
     "warmup": ("optim", "warmup"),
     "lr_factor": ("optim", "factor"),
+}
+
+
+#: ``--task translate`` without ``--config``: the model and lengths of configs/bible-cpu.toml
+TRANSLATE_DEFAULTS = {
+    "task": {"name": "translate", "data_dir": "data/bible", "vocab_size": 8000, "max_len": 128},
+    "model": {
+        "N": 3,
+        "d_model": 256,
+        "d_ff": 1024,
+        "h": 4,
+        "P_drop": 0.1,
+        "eps_ls": 0.1,
+        "max_len": 256,
+    },
+    "optim": {"warmup": 600},
+    "train": {"max_steps": 1500, "max_tokens": 4096, "checkpoint_every": 100, "decode": "beam"},
 }
 
 
@@ -63,10 +81,15 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, help="seed of initialisation, data order and dropout")
     p.add_argument(
         "--task",
-        choices=["copy", "reverse", "sort", *TASK_MODELS],
-        help="built-in task, or 'lm' / 'classify' (decoder-only LM, encoder classifier)",
+        choices=["copy", "reverse", "sort", "translate", *TASK_MODELS],
+        help="built-in task, 'translate' (TSV pairs, joint BPE; see configs/bible-cpu.toml), "
+        "or 'lm' / 'classify' (decoder-only LM, encoder classifier)",
     )
-    p.add_argument("--data-dir", help="lm/classify: prepared data (default: data/)")
+    p.add_argument(
+        "--data-dir",
+        help="lm/classify: prepared data (default: data/); translate: the directory of "
+        "{train,dev,test}.tsv (task.data_dir)",
+    )
     p.add_argument("--time-limit", type=float, help="lm/classify: stop after this many seconds")
     p.add_argument("--steps", type=int, help="optimizer steps (train.max_steps)")
     p.add_argument("--max-tokens", type=int, help="token budget per micro-batch")
@@ -152,6 +175,8 @@ def resolve_config(args) -> tuple[TrainConfig, str | None]:
         base = _stored_config(resume, overrides)
     else:
         base = {}
+        if getattr(args, "task", None) == "translate":  # no file: configs/bible-cpu.toml's sizes
+            base = {"name": "bible-cpu", **{k: dict(v) for k, v in TRANSLATE_DEFAULTS.items()}}
     # --set model.KEY edits the model the run would otherwise get (a [model] section
     # replaces the default model as a whole, so start from the default when there is none)
     base.setdefault("model", dict(TrainConfig().model))

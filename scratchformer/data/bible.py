@@ -143,6 +143,7 @@ _DROP_WITH_CONTENT = re.compile(
 )  # footnotes, cross-references, headings (non-greedy: these never nest in themselves)
 _SELF_CLOSING_DROPPED = re.compile(r"<(note|title|speaker)\b[^>]*/>")
 _TAG = re.compile(r"<[^>]+>")
+_BOOK_END = re.compile(r'<div\b(?=[^>]*\btype="book")(?=[^>]*\beID=)[^>]*/>')
 _GLUE = "\x00"  # where a dropped note sat: becomes a space only between two words
 _DIVINE = "\x01"  # marks the start of a divine name while cleaning
 _CAPS_WORD = re.compile(r"^[^\w]*([^\W\d_]+)([^\w]*)$")
@@ -194,6 +195,9 @@ def clean_osis(markup: str, chapter_start: bool = False) -> str:
     ``chapter_start``: the verse opens a chapter; its leading capitals are normalised
     (the divine name, which the KJV writes ``LORD``, is left as it is).
     """
+    end = _BOOK_END.search(markup)
+    if end:  # the end of a book: what follows (the WEB's glossary after Rev 22:21) is no verse
+        markup = markup[: end.start()]
     text = _DROP_WITH_CONTENT.sub(_GLUE, markup)
     # the RV1909 glues an added word to the next tagged word ("le</transChange><w>Dios")
     text = re.sub(r"</transChange>(?=<w\b)", "</transChange>" + _GLUE, text)

@@ -11,6 +11,7 @@ tokenizer plugs in by subclassing ``Tokenizer`` (``split``/``join``) and registe
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
 
 from scratchformer.data.vocab import SPECIALS, UNK, Vocab
@@ -86,20 +87,30 @@ TOKENIZERS: dict[str, type[Tokenizer]] = {
     CharTokenizer.kind: CharTokenizer,
     WhitespaceTokenizer.kind: WhitespaceTokenizer,
 }
+#: Tokenizers in their own modules (an optional library behind them), imported on demand;
+#: the module adds itself to ``TOKENIZERS``.
+LAZY_TOKENIZERS = {"spm-bpe": "scratchformer.data.bpe"}
 
 
 def tokenizer_from_dict(d: dict) -> Tokenizer:
-    """Rebuild a tokenizer from its ``to_dict()``."""
+    """Rebuild a tokenizer from its ``to_dict()`` (a class with its own ``from_dict``
+    classmethod, such as the BPE one, rebuilds itself)."""
     kind = d.get("type")
+    if kind not in TOKENIZERS and kind in LAZY_TOKENIZERS:
+        importlib.import_module(LAZY_TOKENIZERS[kind])
     if kind not in TOKENIZERS:
         raise ScratchformerError(
             f"unknown tokenizer type {kind!r}: expected one of {sorted(TOKENIZERS)}"
         )
-    return TOKENIZERS[kind](Vocab.from_dict(d["vocab"]))
+    cls = TOKENIZERS[kind]
+    if "from_dict" in vars(cls):
+        return cls.from_dict(d)
+    return cls(Vocab.from_dict(d["vocab"]))
 
 
 __all__ = [
     "SPECIALS",
+    "LAZY_TOKENIZERS",
     "TOKENIZERS",
     "UNK",
     "CharTokenizer",

@@ -36,7 +36,7 @@ def test_seeded_and_encoded_without_specials():
 
 def test_impossible_settings_are_clear_errors():
     with pytest.raises(TaskError, match="unknown task"):
-        make_task(TaskConfig(name="translate"))
+        make_task(TaskConfig(name="paraphrase"))
     with pytest.raises(TaskError, match="min_len <= max_len"):
         make_task(TaskConfig(min_len=5, max_len=3))
     with pytest.raises(TaskError, match="could not draw"):  # 1 symbol, length 1: one string

@@ -1,0 +1,262 @@
+"""Verse-aligned translation pairs from two Bible texts (``scratchformer data bible``).
+
+    pairs, report = align_texts(iter_verses(open_bible("spaRV1909eb")),
+                                iter_verses(open_bible("engWEB2015eb")))
+    counts = write_pairs("data/bible", pairs)      # train.tsv dev.tsv test.tsv
+
+Both texts are read and cleaned by ``scratchformer.data.bible`` (OSIS markup, spacing,
+chapter-initial capitals). Alignment is by reference (book, chapter, verse), and only
+whole chapters whose numbering agrees are kept. A chapter is dropped as misaligned when
+
+- its verses (non-empty after cleaning) are not the same set of numbers in both texts
+  (e.g. Jonah 1: 16 verses in the RV1909, 17 in the WEB: the RV1909 puts 1:17 at 2:1), or
+- the verse lengths do not follow each other: with the same numbers, a text shifted by one
+  verse (Num 13 of the RV1909 starts at the WEB's 13:2) pairs each verse with its
+  neighbour's translation. A verse and its translation have nearly proportional lengths,
+  so the log length ratios of an aligned chapter hardly vary; a chapter is dropped when
+  they vary much less with one side moved by a verse, or when the lengths are
+  anti-correlated or both weakly correlated and widely spread (``chapter_aligned``).
+  Chapters of fewer than ``min_verses`` verses are judged on the first rule only.
+
+Within kept chapters, a verse pair is dropped when one side is more than three times as
+long as the other (plus 40 characters): a psalm title counted as verse 1 on one side only
+(Ps 18:1), a subscription (2Tim 4:22), a doxology placed elsewhere (Rom 14:23).
+
+Splits are by chapter (``chapter_split``), never by verse. The TSV files hold
+``source<TAB>target<TAB>ref`` per line (``ref`` such as ``Gen 1:1``), UTF-8.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scratchformer.data.bible import (
+    PACKAGES,
+    BibleDataError,
+    Verse,
+    _import_pysword,
+    _one_line,
+    chapter_split,
+    sword_path,
+)
+from scratchformer.errors import ScratchformerError
+
+#: ``--pair`` choices: (source module, target module).
+PAIRS = {
+    "sparv-web": ("spaRV1909eb", "engWEB2015eb"),  # Spanish RV1909 -> English WEB
+    "kjv-web": ("engKJV2006eb", "engWEB2015eb"),  # Early Modern English -> modern English
+}
+SPLITS = ("train", "dev", "test")
+#: Where ``ensure_modules`` unpacks packages when it cannot install them (no root).
+USER_SWORD = Path.home() / ".cache" / "scratchformer" / "sword"
+
+
+class ParallelDataError(ScratchformerError):
+    """A translation TSV file is missing, malformed or empty."""
+
+
+@dataclass
+class AlignReport:
+    chapters: int = 0  # chapters present in both texts
+    kept: int = 0
+    dropped_numbering: list = field(default_factory=list)  # ["Jonah 1", ...]
+    dropped_shift: list = field(default_factory=list)  # ["Num 13", ...]
+    only_one_side: int = 0  # chapters present in one text only
+    dropped_verses: list = field(default_factory=list)  # ["Ps 18:1", ...]: lengths differ 3x
+
+
+def _has_module(where: Path, module: str) -> bool:
+    return (where / "mods.d" / f"{module.lower()}.conf").is_file() or (
+        where / "mods.d" / f"{module}.conf"
+    ).is_file()
+
+
+def ensure_modules(modules: list[str], path=None, install: bool = True, run=subprocess.run):
+    """The SWORD directory holding every module of ``modules``, installing what is missing
+    where it can: ``apt-get install -y`` as root on Debian, else ``apt-get download`` +
+    ``dpkg-deb -x`` into ``USER_SWORD``. Raises ``BibleDataError`` with the exact commands
+    to run when neither works (or ``install`` is False)."""
+    _import_pysword()  # fail early, with the pip command, if the reader is missing
+    where = sword_path(path)
+    for cand in (where, USER_SWORD / "usr" / "share" / "sword"):
+        if all(_has_module(cand, m) for m in modules):
+            return cand
+    missing = [m for m in modules if not _has_module(where, m)]
+    pkgs = [PACKAGES.get(m, f"sword-text-<{m}>") for m in missing]
+    how = (
+        f"install them with `sudo apt-get install -y {' '.join(pkgs)}` (Debian/Ubuntu), or "
+        f"without root `apt-get download {' '.join(pkgs)}` then `dpkg-deb -x <file>.deb "
+        f"{USER_SWORD}` for each file, and pass --sword-path {USER_SWORD}/usr/share/sword"
+    )
+    apt = shutil.which("apt-get")
+    if install and apt and path is None:
+        root = hasattr(os, "geteuid") and os.geteuid() == 0
+        if root:
+            print(f"installing {' '.join(pkgs)} with apt-get ...", flush=True)
+            r = run([apt, "install", "-y", "-qq", *pkgs], capture_output=True, text=True)
+            if r.returncode != 0:  # stale package lists on a fresh machine
+                run([apt, "update", "-qq"], capture_output=True, text=True)
+                r = run([apt, "install", "-y", "-qq", *pkgs], capture_output=True, text=True)
+            if r.returncode == 0 and all(_has_module(where, m) for m in modules):
+                return where
+        elif shutil.which("dpkg-deb"):
+            print(f"unpacking {' '.join(pkgs)} into {USER_SWORD} ...", flush=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                r = run([apt, "download", *pkgs], cwd=tmp, capture_output=True, text=True)
+                debs = sorted(Path(tmp).glob("*.deb")) if r.returncode == 0 else []
+                for deb in debs:
+                    run(["dpkg-deb", "-x", str(deb), str(USER_SWORD)], capture_output=True)
+            cand = USER_SWORD / "usr" / "share" / "sword"
+            if all(_has_module(cand, m) for m in modules):
+                return cand
+    raise BibleDataError(f"SWORD module(s) {', '.join(missing)} not found under {where}: {how}")
+
+
+def _chapters(verses: Iterable[Verse]) -> dict:
+    out: dict = {}
+    for v in verses:
+        out.setdefault((v.book, v.chapter), {})[v.verse] = v.text
+    return out
+
+
+def _corr(a: list, b: list) -> float:
+    if len(a) < 2:
+        return 1.0
+    try:
+        return statistics.correlation(a, b)
+    except statistics.StatisticsError:  # constant lengths: no evidence either way
+        return 1.0
+
+
+def _spread(a: list, b: list) -> float:
+    """Mean absolute deviation of the per-verse log length ratios from their median:
+    small when each verse's translation is about as long, relative to it, as the others'."""
+    lr = [math.log((x + 1) / (y + 1)) for x, y in zip(a, b)]
+    m = statistics.median(lr)
+    return statistics.fmean(abs(x - m) for x in lr)
+
+
+def chapter_aligned(
+    src: dict, tgt: dict, min_verses=4, shift_gain=0.6, max_spread=0.3, min_corr=0.5
+) -> str:
+    """ "ok", "numbering" or "shift" for one chapter (``{verse: text}`` of each side).
+
+    "shift" (see the module docstring) when the length ratios agree clearly better with
+    one side moved by a verse (spread below ``shift_gain`` times the unshifted one), when
+    the verse lengths are anti-correlated, or when they are both weakly correlated
+    (< ``min_corr``) and widely spread (> ``max_spread``). Chapters of verses of nearly
+    equal length (Ps 136, Lam 5) give no evidence either way and are kept.
+    """
+    if set(src) != set(tgt):
+        return "numbering"
+    nums = sorted(src)
+    if len(nums) < min_verses:
+        return "ok"
+    a = [len(src[n]) for n in nums]
+    b = [len(tgt[n]) for n in nums]
+    r0, c0 = _corr(a, b), _spread(a, b)
+    c_shift = min(_spread(a[1:], b[:-1]), _spread(a[:-1], b[1:]))
+    if c_shift < shift_gain * c0 or r0 < 0 or (c0 > max_spread and r0 < min_corr):
+        return "shift"
+    return "ok"
+
+
+def align_texts(
+    src_verses: Iterable[Verse], tgt_verses: Iterable[Verse], **rules
+) -> tuple[list[Verse], list[Verse], AlignReport]:
+    """Pairs of verses (as two parallel lists, in the source's order) from the chapters
+    whose numbering agrees (see the module docstring), and a report of what was dropped."""
+    src, tgt = _chapters(src_verses), _chapters(tgt_verses)
+    rep = AlignReport()
+    rep.only_one_side = len(set(src) ^ set(tgt))
+    out_s, out_t = [], []
+    for key, s_ch in src.items():
+        if key not in tgt:
+            continue
+        rep.chapters += 1
+        verdict = chapter_aligned(s_ch, tgt[key], **rules)
+        name = f"{key[0]} {key[1]}"
+        if verdict == "numbering":
+            rep.dropped_numbering.append(name)
+            continue
+        if verdict == "shift":
+            rep.dropped_shift.append(name)
+            continue
+        rep.kept += 1
+        for n in sorted(s_ch):
+            ls, lt = len(s_ch[n]), len(tgt[key][n])
+            if ls > 3 * lt + 40 or lt > 3 * ls + 40:  # one side holds more than its verse
+                rep.dropped_verses.append(f"{name}:{n}")
+                continue
+            out_s.append(Verse(key[0], key[1], n, s_ch[n]))
+            out_t.append(Verse(key[0], key[1], n, tgt[key][n]))
+    return out_s, out_t, rep
+
+
+def write_pairs(out_dir, src: list[Verse], tgt: list[Verse], dev=0.05, test=0.05) -> dict:
+    """Write ``{train,dev,test}.tsv`` (``source<TAB>target<TAB>ref``) under ``out_dir``,
+    split by chapter; returns ``{split: pairs}``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {s: 0 for s in SPLITS}
+    files = {s: open(out / f"{s}.tsv", "w", encoding="utf-8") for s in SPLITS}
+    try:
+        for vs, vt in zip(src, tgt):
+            s = chapter_split(vs.book, vs.chapter, dev, test)
+            files[s].write(f"{_one_line(vs.text)}\t{_one_line(vt.text)}\t{vs.ref}\n")
+            counts[s] += 1
+    finally:
+        for f in files.values():
+            f.close()
+    return counts
+
+
+def read_pairs(path) -> list[tuple[str, str]]:
+    """``[(source, target)]`` from a TSV file written by ``write_pairs`` (a third column,
+    the reference, is optional). Raises ``ParallelDataError`` naming the file and line
+    for a missing file, a line without a tab, an empty side, or a file with no pairs."""
+    p = Path(path)
+    if not p.is_file():
+        raise ParallelDataError(
+            f"{p} not found: prepare the data with `scratchformer data bible --data-dir "
+            f"{p.parent}` (or point --data-dir at a directory holding {p.name})"
+        )
+    rows = []
+    with open(p, encoding="utf-8") as f:
+        for i, line in enumerate(f, start=1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                raise ParallelDataError(f"{p}:{i}: empty line (expected source<TAB>target)")
+            parts = line.split("\t")
+            if len(parts) not in (2, 3):
+                raise ParallelDataError(
+                    f"{p}:{i}: expected source<TAB>target[<TAB>ref], found {len(parts)} "
+                    f"tab-separated field(s): {line[:60]!r}"
+                )
+            s, t = parts[0].strip(), parts[1].strip()
+            if not s or not t:
+                raise ParallelDataError(f"{p}:{i}: empty {'source' if not s else 'target'}")
+            rows.append((s, t))
+    if not rows:
+        raise ParallelDataError(f"{p} holds no sentence pairs (empty split)")
+    return rows
+
+
+__all__ = [
+    "PAIRS",
+    "SPLITS",
+    "AlignReport",
+    "ParallelDataError",
+    "align_texts",
+    "chapter_aligned",
+    "read_pairs",
+    "write_pairs",
+]

@@ -1,0 +1,231 @@
+"""Verse alignment, misaligned-chapter detection, chapter splits and the TSV files of
+``scratchformer data bible``, on fixtures shaped like the real SWORD markup (no Debian
+package needed); the real preparation runs in a slow test when the packages are present."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from scratchformer.data import bible as bib
+from scratchformer.data.bible import BibleDataError, Verse, chapter_split, clean_osis
+from scratchformer.data.bible_pairs import (
+    ParallelDataError,
+    align_texts,
+    chapter_aligned,
+    ensure_modules,
+    read_pairs,
+    write_pairs,
+)
+
+# real markup of the RV1909 (Gen 1:1, 1:2, 2:1) and the WEB (Gen 1:1)
+SPA_GEN_1_1 = (
+    '<w lemma="strong:H7225">EN el principio</w> <w lemma="strong:H1254">crió</w> '
+    '<w lemma="strong:H0430">Dios</w> <w lemma="strong:H8064">los cielos</w> '
+    '<w lemma="strong:H0776">y la tierra</w>. '
+)
+SPA_GEN_2_1 = (
+    '<w lemma="strong:H3615">Y FUERON</w> <w lemma="strong:H8064">acabados los cielos</w> '
+    '<w lemma="strong:H0776">y la tierra</w>, <w lemma="strong:H3605">y todo</w> '
+    '<w lemma="strong:H6635">su ornamento</w>. '
+)
+WEB_GEN_1_1 = (
+    '<w lemma="strong:H0430">In</w> <w lemma="strong:H0853">the</w> '
+    '<w lemma="strong:H7225">beginning</w>, <w lemma="strong:H0430">God</w>'
+    '<note placement="foot"><reference type="annotateRef">1:1 </reference>The Hebrew word '
+    "rendered “God” is “אֱלֹהִ֑ים” (Elohim).</note>"
+    '<w lemma="strong:H1254">created</w> <w lemma="strong:H0853">the</w> '
+    '<w lemma="strong:H8064">heavens</w> <w lemma="strong:H0430">and</w> '
+    '<w lemma="strong:H0853">the</w> <w lemma="strong:H0776">earth</w>. '
+)
+
+
+def test_fixture_markup_is_cleaned_like_the_real_text():
+    assert clean_osis(SPA_GEN_1_1, chapter_start=True) == (
+        "En el principio crió Dios los cielos y la tierra."
+    )
+    assert clean_osis(SPA_GEN_2_1, chapter_start=True).startswith("Y fueron acabados")
+    assert clean_osis(WEB_GEN_1_1, chapter_start=True) == (
+        "In the beginning, God created the heavens and the earth."
+    )
+
+
+def _chapter(book, ch, lengths, word="palabra"):
+    return [Verse(book, ch, i + 1, " ".join([word] * n)) for i, n in enumerate(lengths)]
+
+
+LENGTHS = [5, 20, 8, 30, 12, 3, 25, 9]
+
+
+def test_aligned_chapters_are_kept_and_paired_by_reference():
+    src = _chapter("Gen", 1, LENGTHS) + _chapter("Gen", 2, [4, 6])
+    tgt = _chapter("Gen", 1, [n + 1 for n in LENGTHS], "word") + _chapter("Gen", 2, [5, 7], "w")
+    s, t, rep = align_texts(src, tgt)
+    assert rep.kept == rep.chapters == 2 and not rep.dropped_numbering and not rep.dropped_shift
+    assert [v.ref for v in s] == [v.ref for v in t] == [v.ref for v in src]
+
+
+def test_a_chapter_with_different_verse_numbers_is_dropped():
+    """Jonah 1: 16 verses in the RV1909, 17 in the WEB (the RV1909 puts 1:17 at 2:1)."""
+    src = _chapter("Jonah", 1, LENGTHS[:-1]) + _chapter("Jonah", 3, LENGTHS)
+    tgt = _chapter("Jonah", 1, LENGTHS, "w") + _chapter("Jonah", 3, LENGTHS, "w")
+    s, _, rep = align_texts(src, tgt)
+    assert rep.dropped_numbering == ["Jonah 1"]
+    assert {v.chapter for v in s} == {3}
+
+
+def test_a_chapter_shifted_by_one_verse_is_dropped():
+    """Num 13: same verse count, but the RV1909's verse n is the WEB's n+1."""
+    shifted = LENGTHS[1:] + [7]
+    assert (
+        chapter_aligned(
+            {i + 1: "x " * n for i, n in enumerate(shifted)},
+            {i + 1: "y " * n for i, n in enumerate(LENGTHS)},
+        )
+        == "shift"
+    )
+    src, tgt = _chapter("Num", 13, shifted), _chapter("Num", 13, LENGTHS, "w")
+    s, _, rep = align_texts(src, tgt)
+    assert rep.dropped_shift == ["Num 13"] and s == []
+
+
+def test_split_is_by_chapter_and_files_round_trip(tmp_path):
+    src, tgt = [], []
+    for ch in range(1, 41):
+        src += _chapter("Ps", ch, [3, 4], "alabad")
+        tgt += _chapter("Ps", ch, [3, 4], "praise")
+    counts = write_pairs(tmp_path, src, tgt, dev=0.2, test=0.2)
+    assert sum(counts.values()) == 80 and all(counts[s] > 0 for s in counts)
+    for split in ("train", "dev", "test"):
+        lines = (tmp_path / f"{split}.tsv").read_text(encoding="utf-8").splitlines()
+        refs = [line.split("\t")[2] for line in lines]
+        chapters = {r.split(":")[0] for r in refs}
+        for c in chapters:  # both verses of each chapter land in the same split
+            assert f"{c}:1" in refs and f"{c}:2" in refs
+            book, ch = c.split()
+            assert chapter_split(book, int(ch), 0.2, 0.2) == split
+        assert len(read_pairs(tmp_path / f"{split}.tsv")) == counts[split]
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("hola\tmundo\nsolo una columna\n", r"bad\.tsv:2: expected source<TAB>target"),
+        ("hola\tmundo\n\n", r"bad\.tsv:2: empty line"),
+        ("hola\t \n", r"bad\.tsv:1: empty target"),
+        ("", r"no sentence pairs \(empty split\)"),
+        ("a\tb\tc\td\n", r"bad\.tsv:1: expected .* found 4"),
+    ],
+)
+def test_malformed_tsv_gives_clear_errors(tmp_path, content, message):
+    p = tmp_path / "bad.tsv"
+    p.write_text(content, encoding="utf-8")
+    with pytest.raises(ParallelDataError, match=message):
+        read_pairs(p)
+
+
+def test_missing_tsv_names_the_command(tmp_path):
+    with pytest.raises(ParallelDataError, match="scratchformer data bible"):
+        read_pairs(tmp_path / "test.tsv")
+
+
+def test_missing_modules_give_the_commands_to_run(tmp_path, monkeypatch):
+    if importlib.util.find_spec("pysword") is None:
+        pytest.skip("pysword is not installed")
+    monkeypatch.setattr("scratchformer.data.bible_pairs.USER_SWORD", tmp_path / "none")
+    with pytest.raises(BibleDataError, match=r"apt-get install -y sword-text-sparv"):
+        ensure_modules(["spaRV1909eb"], tmp_path, install=False)
+
+
+def _packages_present() -> bool:
+    mods = Path(bib.sword_path(), "mods.d")
+    return importlib.util.find_spec("pysword") is not None and all(
+        (mods / f"{m}.conf").exists() for m in ("spaRV1909eb", "engWEB2015eb", "engKJV2006eb")
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _packages_present(), reason="SWORD packages or pysword not installed")
+def test_real_preparation_of_the_bible_pairs(tmp_path, capsys):
+    """The whole RV1909 -> WEB: ~30k aligned pairs, the chapters known to shift dropped,
+    every line a clean source<TAB>target<TAB>ref; and KJV -> WEB."""
+    from scratchformer.cli import main  # noqa: PLC0415
+
+    assert main(["data", "bible", "--data-dir", str(tmp_path), "-v", "--no-install"]) == 0
+    out = capsys.readouterr().out
+    for ch in ("Num 13", "Jonah 1", "Jonah 2", "1Sam 24", "Hos 12", "Job 39", "Job 40"):
+        assert ch in out
+    n = 0
+    for split in ("train", "dev", "test"):
+        pairs = read_pairs(tmp_path / "bible" / f"{split}.tsv")
+        n += len(pairs)
+        for s, t in pairs:
+            assert "<" not in s + t and "  " not in s + t
+    assert 28_000 < n < 31_500
+    assert main(["data", "bible", "--pair", "kjv-web", "--data-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "bible-kjv-web" / "test.tsv").stat().st_size > 0
+
+
+def _fake_system(monkeypatch, tmp_path, root: bool):
+    """apt-get/dpkg-deb stand-ins that 'install' a module's .conf file, and a log."""
+    calls = []
+    monkeypatch.setattr("scratchformer.data.bible_pairs.shutil.which", lambda name: name)
+    monkeypatch.setattr("scratchformer.data.bible_pairs.os.geteuid", lambda: 0 if root else 1000)
+    monkeypatch.setattr("scratchformer.data.bible_pairs.USER_SWORD", tmp_path / "user")
+    monkeypatch.setenv("SWORD_PATH", str(tmp_path / "sys"))
+    monkeypatch.setattr("scratchformer.data.bible_pairs._import_pysword", lambda: None)
+
+    class Done:
+        returncode = 0
+
+    def run(cmd, cwd=None, **kw):
+        calls.append(cmd[:2])
+        if cmd[1] == "install":
+            (tmp_path / "sys" / "mods.d").mkdir(parents=True)
+            (tmp_path / "sys" / "mods.d" / "spaRV1909eb.conf").write_text("x")
+        elif cmd[1] == "download":
+            (Path(cwd) / "sword-text-sparv_1.0_all.deb").write_text("deb")
+        elif cmd[0] == "dpkg-deb":
+            mods = Path(cmd[3]) / "usr" / "share" / "sword" / "mods.d"
+            mods.mkdir(parents=True)
+            (mods / "spaRV1909eb.conf").write_text("x")
+        return Done()
+
+    return run, calls
+
+
+def test_installs_the_packages_as_root(monkeypatch, tmp_path):
+    run, calls = _fake_system(monkeypatch, tmp_path, root=True)
+    assert ensure_modules(["spaRV1909eb"], run=run) == tmp_path / "sys"
+    assert calls == [["apt-get", "install"]]
+
+
+def test_unpacks_the_packages_without_root(monkeypatch, tmp_path):
+    run, calls = _fake_system(monkeypatch, tmp_path, root=False)
+    where = ensure_modules(["spaRV1909eb"], run=run)
+    assert where == tmp_path / "user" / "usr" / "share" / "sword"
+    assert calls == [["apt-get", "download"], ["dpkg-deb", "-x"]]
+    assert ensure_modules(["spaRV1909eb"], run=None) == where  # found there next time
+
+
+def test_text_after_the_end_of_a_book_is_not_part_of_the_verse():
+    """The WEB module appends its glossary to Rev 22:21, after the book's end milestone."""
+    rev_22_21 = (
+        "The grace of the Lord Jesus Christ be with all the saints. Amen.  "
+        '<chapter eID="Rev.22"/><div eID="gen35836" type="x-p"/> <div canonical="true" '
+        'eID="gen35575" osisID="Rev" type="book"/> <div sID="gen35837" type="glossary"/> '
+        '<title level="1" type="main">World English Bible Glossary</title> The following '
+        "words used in the World English Bible (WEB) are not very common ..."
+    )
+    assert clean_osis(rev_22_21) == (
+        "The grace of the Lord Jesus Christ be with all the saints. Amen."
+    )
+
+
+def test_a_verse_pair_with_one_side_three_times_longer_is_dropped():
+    """Ps 18:1: the RV1909 counts the psalm's title as verse 1, the WEB does not."""
+    src = _chapter("Ps", 18, [40] + LENGTHS)
+    tgt = _chapter("Ps", 18, [5] + LENGTHS, "words")
+    s, t, rep = align_texts(src, tgt)
+    assert rep.dropped_verses == ["Ps 18:1"] and rep.kept == 1
+    assert [v.verse for v in s] == [v.verse for v in t] == list(range(2, 10))

@@ -1,0 +1,153 @@
+"""``scratchformer evaluate`` and the translation task: sacreBLEU scores checked against
+BLEU computed here by hand, the checkpoint's own tokenizer, and the errors for bad input."""
+
+import json
+import math
+from collections import Counter
+
+import pytest
+
+from scratchformer.checkpoint import save_checkpoint
+from scratchformer.cli import main
+from scratchformer.models import Transformer, TransformerConfig
+
+pytest.importorskip("sentencepiece")
+
+
+def _bleu_by_hand(hyps, refs):
+    """BLEU-4 (Papineni et al.), one reference, no smoothing; the sentences hold only
+    lowercase words and spaces, so sacreBLEU's 13a tokenization is the identity."""
+    match, total = [0] * 4, [0] * 4
+    hyp_len = ref_len = 0
+    for h, r in zip(hyps, refs):
+        hw, rw = h.split(), r.split()
+        hyp_len, ref_len = hyp_len + len(hw), ref_len + len(rw)
+        for n in range(1, 5):
+            hc = Counter(tuple(hw[i : i + n]) for i in range(len(hw) - n + 1))
+            rc = Counter(tuple(rw[i : i + n]) for i in range(len(rw) - n + 1))
+            match[n - 1] += sum(min(c, rc[g]) for g, c in hc.items())
+            total[n - 1] += max(len(hw) - n + 1, 0)
+    log_p = sum(math.log(m / t) for m, t in zip(match, total)) / 4
+    bp = 1.0 if hyp_len > ref_len else math.exp(1 - ref_len / hyp_len)
+    return 100 * bp * math.exp(log_p)
+
+
+REFS = ["the king sees the house of his son", "a boy eats the bread in the house"]
+HYPS = ["the king sees the house of the son", "a boy eats bread in the house"]
+
+
+def test_corpus_scores_match_bleu_computed_by_hand():
+    pytest.importorskip("sacrebleu")
+    from scratchformer.bleu import corpus_scores  # noqa: PLC0415
+
+    s = corpus_scores(HYPS, REFS)
+    assert s["bleu"] == pytest.approx(_bleu_by_hand(HYPS, REFS), abs=1e-9)
+    assert s["bleu"] == pytest.approx(55.0, abs=15)  # a sanity range around the true value
+    assert corpus_scores(REFS, REFS)["bleu"] == pytest.approx(100.0)
+    assert s["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp")
+    assert 0 < s["chrf"] < 100
+
+
+def _checkpoint(tmp_path, tok, data_dir, vocab_size=None):
+    cfg = TransformerConfig(
+        vocab_size=vocab_size or len(tok.vocab), N=1, d_model=16, d_ff=32, h=2, max_len=64
+    )
+    meta = {"tokenizer": tok.to_dict(), "train_config": {"task": {"data_dir": str(data_dir)}}}
+    return save_checkpoint(tmp_path / "checkpoint_1.npz", Transformer(cfg), step=1, meta=meta)
+
+
+def test_evaluate_scores_the_decoded_split(tmp_path, bpe, data_dir, monkeypatch, capsys):
+    """End to end with a real (untrained) checkpoint; then with the decoder replaced by
+    one that returns known hypotheses, the printed BLEU is the hand-computed one."""
+    pytest.importorskip("sacrebleu")
+    ckpt = _checkpoint(tmp_path, bpe, data_dir)
+    out = tmp_path / "hyp.txt"
+    assert main(["evaluate", "--checkpoint", str(ckpt), "--greedy", "--output", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "BLEU = " in text and "signature: nrefs:1|case:mixed" in text and "chrF = " in text
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 6  # the test split
+
+    test_refs = [line.split("\t")[1] for line in (data_dir / "test.tsv").read_text().splitlines()]
+    hyps = [h.lower().rstrip(".") for h in test_refs]
+    hyps[0] = " ".join(hyps[0].split()[:-1] + ["king"])
+
+    def fake_translate(model, tok, sources, **kw):
+        assert len(sources) == len(hyps)
+        return hyps
+
+    monkeypatch.setattr("scratchformer.decode.translate", fake_translate)
+    refs = [r.lower().rstrip(".") for r in test_refs]
+    (data_dir / "test.tsv").write_text("".join(f"x\t{r}\n" for r in refs), encoding="utf-8")
+    assert main(["evaluate", "--checkpoint", str(ckpt), "--beam", "4", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["bleu"] == pytest.approx(_bleu_by_hand(hyps, refs), abs=1e-9)
+    assert rec["decode"] == "beam 4, alpha 0.6"
+
+
+def test_vocabulary_checkpoint_mismatch_is_an_error(tmp_path, bpe, data_dir, capsys):
+    ckpt = _checkpoint(tmp_path, bpe, data_dir, vocab_size=len(bpe.vocab) + 7)
+    assert main(["evaluate", "--checkpoint", str(ckpt)]) == 2
+    err = capsys.readouterr().err
+    assert "vocabulary/checkpoint mismatch" in err and "357" in err
+
+
+def test_empty_split_is_an_error(tmp_path, bpe, data_dir, capsys):
+    ckpt = _checkpoint(tmp_path, bpe, data_dir)
+    (data_dir / "dev.tsv").write_text("", encoding="utf-8")
+    assert main(["evaluate", "--checkpoint", str(ckpt), "--split", "dev"]) == 2
+    assert "empty split" in capsys.readouterr().err
+
+
+def test_translation_task_loads_tsv_with_a_cached_joint_bpe(data_dir):
+    from scratchformer.data.tasks import TaskConfig, TaskError, make_task  # noqa: PLC0415
+
+    cfg = TaskConfig(name="translate", data_dir=str(data_dir), vocab_size=350, max_len=12)
+    data = make_task(cfg)
+    assert (data_dir / "spm-bpe-350.json").is_file()
+    assert len(data.train) + data.dropped == 120 and len(data.test) == 6
+    assert all(len(s) <= 12 and len(t) <= 12 for s, t in data.encoded("train"))
+    assert make_task(cfg).tokenizer.vocab == data.tokenizer.vocab  # from the cache
+    with pytest.raises(TaskError, match="data_dir"):
+        make_task(TaskConfig(name="translate"))
+    (data_dir / "train.tsv").write_text("hola\n", encoding="utf-8")
+    with pytest.raises(Exception, match=r"train\.tsv:1: expected source<TAB>target"):
+        make_task(cfg)
+
+
+def test_training_a_few_steps_and_resuming_checks_the_vocabulary(tmp_path, data_dir):
+    from scratchformer.train import ConfigError, TrainConfig, train  # noqa: PLC0415
+
+    d = {
+        "name": "t",
+        "run_dir": str(tmp_path / "run"),
+        "task": {"name": "translate", "data_dir": str(data_dir), "vocab_size": 350, "max_len": 30},
+        "model": {"N": 1, "d_model": 16, "d_ff": 32, "h": 2, "max_len": 64},
+        "train": {
+            "max_steps": 2,
+            "max_tokens": 256,
+            "eval_every": 0,
+            "checkpoint_every": 1,
+            "decode": "greedy",
+            "average_last": 0,
+        },
+    }
+    res = train(TrainConfig.from_dict(d), progress=False, echo=lambda *a: None)
+    assert res.step == 2 and res.test is not None
+    (data_dir / "spm-bpe-350.json").unlink()  # a different vocabulary...
+    d["task"]["vocab_size"] = 360
+    d["train"]["max_steps"] = 3
+    with pytest.raises(ConfigError, match="cannot resume"):
+        train(TrainConfig.from_dict(d), resume="latest", progress=False, echo=lambda *a: None)
+
+
+def test_task_translate_flag_gives_the_cpu_config():
+    from pathlib import Path  # noqa: PLC0415
+
+    from scratchformer.cli import build_parser  # noqa: PLC0415
+    from scratchformer.commands.train import read_toml, resolve_config  # noqa: PLC0415
+    from scratchformer.train import TrainConfig  # noqa: PLC0415
+
+    args = build_parser().parse_args(["train", "--task", "translate", "--data-dir", "data/bible"])
+    cfg, _ = resolve_config(args)
+    config = Path(__file__).parents[2] / "configs" / "bible-cpu.toml"
+    assert cfg.to_dict() == TrainConfig.from_dict(read_toml(config)).to_dict()
