@@ -119,7 +119,7 @@ def get_dtype():
 def set_dtype(dtype) -> None:
     """Set the default floating dtype (``"float32"`` or ``"float64"``)."""
     dt = numpy.dtype(dtype)
-    if dt not in (numpy.float16, numpy.float32, numpy.float64):
+    if dt not in (numpy.float32, numpy.float64):
         raise ValueError(f"unsupported floating dtype {dt}: use float32 or float64")
     _state["dtype"] = dt.type
 

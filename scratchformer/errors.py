@@ -7,8 +7,6 @@ from deep inside a backward pass.
 
 from __future__ import annotations
 
-from scratchformer.backend import xp
-
 
 class ScratchformerError(ValueError):
     """Base class for every input error raised by scratchformer."""
@@ -35,12 +33,6 @@ def check_rank(x, ndim: int, name: str, dims: str) -> None:
     if not hasattr(x, "ndim") or x.ndim != ndim:
         got = getattr(x, "shape", type(x).__name__)
         raise ShapeError(f"{name} must have shape {dims} (rank {ndim}), got {got}")
-
-
-def check_last_dim(x, size: int, name: str) -> None:
-    """Raise ShapeError unless the last axis of ``x`` has length ``size``."""
-    if x.shape[-1] != size:
-        raise ShapeError(f"{name} must have last dimension {size}, got shape {tuple(x.shape)}")
 
 
 def check_token_ids(ids, vocab_size: int, name: str) -> None:
@@ -73,7 +65,3 @@ def check_same_batch(a, b, name_a: str, name_b: str) -> None:
         raise ShapeError(
             f"{name_a} and {name_b} disagree on batch size: {a.shape[0]} vs {b.shape[0]}"
         )
-
-
-def is_integer_array(x) -> bool:
-    return hasattr(x, "dtype") and xp.dtype(x.dtype).kind in "iu"

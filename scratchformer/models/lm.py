@@ -92,6 +92,7 @@ class LanguageModel(Module):
         check_rank(targets, 2, "targets", "(B, T)")
         if targets.shape != ids.shape:
             raise ShapeError(f"targets {tuple(targets.shape)} must match ids {tuple(ids.shape)}")
+        check_token_ids(targets, self.config.vocab_size, "targets")
         logits, c_model = self.forward(ids, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
         loss, c_loss = cross_entropy_forward(logits, targets, eps, self.config.pad_id)

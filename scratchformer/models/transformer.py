@@ -127,6 +127,10 @@ class Transformer(Module):
         ``rng`` turns dropout on (training); leave it out for evaluation.
         """
         self.check_inputs(src, tgt_in)
+        return self._forward(src, tgt_in, rng)
+
+    def _forward(self, src, tgt_in, rng=None):
+        """``forward`` without the input checks (the caller has made them)."""
         memory, src_mask, c_src, c_enc = self.encode(src, rng)
         y, c_tgt = self.embed.forward(tgt_in)
         self_mask = decoder_self_mask(tgt_in, self.config.pad_id)
@@ -190,7 +194,7 @@ class Transformer(Module):
         -> loss (scalar array), cache. ``eps_ls`` defaults to the config's.
         """
         self.check_inputs(src, tgt_in, tgt_out)
-        logits, c_model = self.forward(src, tgt_in, rng)
+        logits, c_model = self._forward(src, tgt_in, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
         # The logits are ours alone: the fused loss turns them into the probabilities.
         loss, c_loss = cross_entropy_forward_(logits, tgt_out, eps, self.config.pad_id)

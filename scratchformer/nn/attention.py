@@ -112,7 +112,9 @@ class MultiHeadAttention(Module):
 
     def __setstate__(self, state):  # copy.deepcopy / pickle: views come back as copies
         self.__dict__.update(state)
-        if "_fused" in state:
+        if "_fused" in state and not (self._is_fused("params") and self._is_fused("grads")):
+            # Own dicts first: a shallow copy shares the original's, which must keep its views.
+            self.__dict__["params"], self.__dict__["grads"] = dict(self.params), dict(self.grads)
             self._rebuild()
 
     def _is_fused(self, store: str) -> bool:

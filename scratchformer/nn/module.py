@@ -73,7 +73,9 @@ class Module:
 
     def astype(self, dtype) -> Module:
         """Convert every floating array held by every sub-module (parameters, gradients,
-        constant tables such as the sinusoids) to ``dtype``, in place; returns self.
+        constant tables such as the sinusoids) to ``dtype``; returns self. The module is
+        changed, but its arrays are replaced by new ones: references held elsewhere (an
+        optimizer's) no longer follow it, so build optimizers afterwards.
 
         Used to run a float32 model's gradient check in float64 (on a deep copy).
         """

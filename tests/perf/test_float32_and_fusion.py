@@ -176,3 +176,16 @@ def test_in_place_loss_equals_pure_op_and_is_spent_once(f64):
         m.loss_backward(cache)
     with pytest.raises(ValueError, match="spent"):
         cross_entropy_backward(1.0, cache.loss)
+
+
+def test_shallow_copy_leaves_the_original_fused_and_trainable():
+    """copy.copy shares the parameters (shallow); it must not re-point the original's
+    W_q/W_k/W_v away from the buffer its optimizer updates."""
+    m = MultiHeadAttention(16, 2)
+    c = copy.copy(m)
+    assert fused_ok(m)
+    assert c.params["W_q"] is m.params["W_q"]
+    before = B.asnumpy(m.params["W_q"]).copy()
+    grads = {k: B.xp.ones_like(v) for k, v in m.parameters().items()}
+    Adam(m.parameters()).step(grads, lr=0.1)
+    assert not np.array_equal(B.asnumpy(m.params["W_q"]), before)

@@ -256,3 +256,16 @@ def test_dense_default_builds_the_same_model_as_before():
     b = Transformer(TransformerConfig.preset("tiny", vocab_size=V, attention="dense"))
     for (ka, pa), (kb, pb) in zip(a.parameters().items(), b.parameters().items()):
         assert ka == kb and np.array_equal(B.asnumpy(pa), B.asnumpy(pb))
+
+
+def test_lm_rejects_target_ids_out_of_range():
+    """A negative target silently indexed the last vocabulary entry; one >= V crashed
+    deep inside the loss."""
+    from scratchformer.errors import TokenError
+
+    m = LanguageModel(config(11, "dense"))
+    ids = B.asarray(np.array([[1, 4, 5, 6]]))
+    for bad in (-1, 11):
+        targets = B.asarray(np.array([[4, 5, 6, bad]]))
+        with pytest.raises(TokenError, match="targets"):
+            m.loss_forward(ids, targets)
