@@ -64,6 +64,12 @@ def set_attention_block(module, block) -> None:
             m.attention_block = None if block is None else int(block)
 
 
+def self_attention_input_grad(dx_q, dx_kv):
+    """The gradient of x in self-attention ``MHA(x, x)``: the sum of both uses of x
+    (``dx_kv`` is None when the fused path already summed them into ``dx_q``)."""
+    return dx_q if dx_kv is None else dx_q + dx_kv
+
+
 class MultiHeadAttention(Module):
     """Parameters ``W_q W_k W_v W_o``; d_k = d_v = d_model / h unless given (Table 3 A, B).
 
@@ -178,9 +184,9 @@ class MultiHeadAttention(Module):
         return out, MultiHeadAttentionCache(c_q, c_k, None, c_attn, c_o)
 
     def backward(self, dout, cache: MultiHeadAttentionCache):
-        """Returns ``(dx_q, dx_kv)``; the caller adds the two. For self-attention (one
-        fused product) the whole input gradient comes back as ``dx_q`` and ``dx_kv`` is
-        zeros."""
+        """Returns ``(dx_q, dx_kv)``. For self-attention (``x_q is x_kv``, one fused
+        product) the whole input gradient comes back as ``dx_q`` and ``dx_kv`` is None;
+        ``self_attention_input_grad`` turns either form into the input's gradient."""
         dO_merged, dW_o, _ = linear_backward(dout, cache.o_proj)  # (B, T, H*Dv)
         dQ, dK, dV = self.attend_backward(split_heads(dO_merged, self.h), cache.attn)
         B, H, T, Dh = dQ.shape
@@ -193,7 +199,7 @@ class MultiHeadAttention(Module):
             _merge_heads_into(dqkv[..., 2 * hk :], dV)
             dx, dW, _ = linear_backward(dqkv, cache.q_proj)
             self._add_grads(self._QKV, dW)
-            return dx, xp.zeros_like(dx)
+            return dx, None
         dx_q, dW_q, _ = linear_backward(merge_heads(dQ), cache.q_proj)
         dkv = xp.empty((B, S, hk + hv), dtype=dK.dtype)
         _merge_heads_into(dkv[..., :hk], dK)

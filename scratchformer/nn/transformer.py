@@ -25,6 +25,7 @@ from scratchformer.errors import ScratchformerError
 from scratchformer.nn.attention import (
     MultiHeadAttention,
     MultiHeadAttentionCache,
+    self_attention_input_grad,
     set_attention_block,
 )
 from scratchformer.nn.layers import (
@@ -275,7 +276,8 @@ class EncoderLayer(Module):
         c = cache.self_attn
         dx_res, da = self.self_attn_norm.exit_backward(dx, c.exit)
         da_q, da_kv = self.self_attn.backward(da, c.sublayer)
-        return dx_res + self.self_attn_norm.enter_backward(da_q + da_kv, c.enter)
+        da_in = self_attention_input_grad(da_q, da_kv)
+        return dx_res + self.self_attn_norm.enter_backward(da_in, c.enter)
 
     def infer(self, x, mask):
         """Inference forward (no dropout, no caches): x (B, S, D), mask (B, 1, 1, S)
@@ -353,7 +355,8 @@ class DecoderLayer(Module):
         c = cache.self_attn
         dy_res, da = self.self_attn_norm.exit_backward(dy, c.exit)
         da_q, da_kv = self.self_attn.backward(da, c.sublayer)
-        return dy_res + self.self_attn_norm.enter_backward(da_q + da_kv, c.enter), dmemory
+        da_in = self_attention_input_grad(da_q, da_kv)
+        return dy_res + self.self_attn_norm.enter_backward(da_in, c.enter), dmemory
 
     def init_kv(self, memory, rows: int, capacity: int) -> LayerKV:
         """Empty self-attention buffers for ``rows`` rows and ``capacity`` positions, and
