@@ -208,7 +208,17 @@ def load_checkpoint(path) -> Checkpoint:
         config = TransformerConfig.from_dict(header["config"])
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"checkpoint {path} holds an invalid model config: {e}") from None
-    model = Transformer(config)
+    task = (header.get("meta") or {}).get("task")
+    if task in ("lm", "classify"):
+        raise CheckpointError(
+            f"{path} is a {task} checkpoint, not an encoder-decoder one: use "
+            f"{'scratchformer generate' if task == 'lm' else 'the classify task tools'} "
+            "(scratchformer.train_tasks.load_task_checkpoint)"
+        )
+    try:
+        model = Transformer(config)
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {path}: cannot build its model: {e}") from None
     try:
         model.load_state_dict(params)
     except StateDictError as e:

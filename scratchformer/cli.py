@@ -52,9 +52,16 @@ def main(argv=None) -> int:
 
             backend.set_backend(args.backend)
         return int(args.func(args) or 0)
-    except (ScratchformerError, FileNotFoundError, RuntimeError) as e:
+    except (ScratchformerError, OSError, RuntimeError) as e:
         print(f"scratchformer {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            f"scratchformer {args.command}: interrupted (a training run continues from its "
+            "last checkpoint with --resume)",
+            file=sys.stderr,
+        )
+        return 130
 
 
 if __name__ == "__main__":

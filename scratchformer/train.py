@@ -437,7 +437,7 @@ class Trainer:
         self.last_checkpoint: Path | None = None
 
         if resume:
-            self._resume(resume)
+            self._resume(resume, overwrite)
         else:
             existing = list_checkpoints(self.ckpt_dir) if self.ckpt_dir.is_dir() else []
             if existing and not overwrite:
@@ -483,7 +483,7 @@ class Trainer:
                 old.unlink()
         return path
 
-    def _resume(self, resume) -> None:
+    def _resume(self, resume, overwrite: bool = False) -> None:
         if resume in (True, "latest"):
             path = latest_checkpoint(self.ckpt_dir)
             if path is None:
@@ -532,7 +532,27 @@ class Trainer:
         self.step, self.epoch, self.batch_index = ts["step"], ts["epoch"], ts["batch_index"]
         self.tokens_seen = ts.get("tokens_seen", 0)
         self.last_checkpoint = path
+        self._drop_later_checkpoints(overwrite)
         self._truncate_metrics(self.step)
+
+    def _drop_later_checkpoints(self, overwrite: bool) -> None:
+        """Resuming from an older checkpoint abandons the steps after it: their checkpoints
+        would otherwise be averaged into (or resumed by) this run. Refuse, unless
+        ``overwrite`` says to delete them."""
+        if not self.ckpt_dir.is_dir():
+            return
+        later = [(s, p) for s, p in list_checkpoints(self.ckpt_dir) if s > self.step]
+        if later and not overwrite:
+            raise ConfigError(
+                f"{self.ckpt_dir} holds checkpoints after step {self.step} "
+                f"({', '.join(p.name for _, p in later[:5])}{' ...' if len(later) > 5 else ''}) "
+                "from the run this resume abandons: move them away, or pass --overwrite "
+                "to delete them"
+            )
+        for _, p in later:
+            p.unlink()
+        if later:
+            (self.ckpt_dir / "averaged.npz").unlink(missing_ok=True)
 
     def _truncate_metrics(self, step: int) -> None:
         """Drop records logged after ``step`` (they will be logged again)."""

@@ -244,3 +244,13 @@ def test_mismatched_keys_or_shapes_are_errors(tmp_path):
         average_checkpoints([a, c])
     with pytest.raises(CheckpointError, match="no checkpoints"):
         average_checkpoints([])
+
+
+def test_a_language_model_checkpoint_is_named_as_such(tmp_path):
+    """translate/evaluate/plot load encoder-decoder checkpoints; an lm checkpoint gets a
+    sentence pointing at `scratchformer generate`, not a traceback."""
+    path = tmp_path / "checkpoint_1.npz"
+    model = Transformer(TransformerConfig.preset("tiny", vocab_size=12))
+    save_checkpoint(path, model, step=1, meta={"task": "lm"})
+    with pytest.raises(CheckpointError, match="lm checkpoint.*scratchformer generate"):
+        load_checkpoint(path)

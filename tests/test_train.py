@@ -177,6 +177,20 @@ def test_resume_refuses_a_different_model_or_task(tmp_path):
         Trainer(other, resume="latest", progress=False, echo=quiet)
 
 
+def test_resume_from_an_older_checkpoint_refuses_or_drops_the_abandoned_ones(tmp_path):
+    """Resuming at step 4 of a run that reached step 8 abandons checkpoint 8: it must not
+    be averaged into (or resumed by) the new run without the user saying so."""
+    train(small_config(tmp_path, max_steps=8), progress=False, echo=quiet, final_eval=False)
+    ckpts = tmp_path / "run/checkpoints"
+    old = ckpts / "checkpoint_4.npz"
+    with pytest.raises(ConfigError, match="checkpoint_8.npz.*--overwrite"):
+        Trainer(small_config(tmp_path), resume=old, progress=False, echo=quiet)
+    assert [s for s, _ in list_checkpoints(ckpts)] == [4, 8]  # nothing deleted
+    tr = Trainer(small_config(tmp_path), resume=old, overwrite=True, progress=False, echo=quiet)
+    assert tr.step == 4
+    assert [s for s, _ in list_checkpoints(ckpts)] == [4]
+
+
 def test_fresh_run_does_not_clobber_checkpoints(tmp_path):
     train(small_config(tmp_path, max_steps=4), progress=False, echo=quiet, final_eval=False)
     with pytest.raises(ConfigError, match="already holds checkpoints.*--resume"):

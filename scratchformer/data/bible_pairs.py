@@ -226,7 +226,7 @@ def read_pairs(path) -> list[tuple[str, str]]:
     p = Path(path)
     if not p.is_file():
         raise ParallelDataError(
-            f"{p} not found: prepare the data with `scratchformer data bible --data-dir "
+            f"{p} not found: prepare the data with `scratchformer data bible --out "
             f"{p.parent}` (or point --data-dir at a directory holding {p.name})"
         )
     rows = []
