@@ -34,7 +34,13 @@ from pathlib import Path
 from threadpoolctl import threadpool_limits
 
 from scratchformer import backend
-from scratchformer.checkpoint import CheckpointError, checkpoint_name, read_params, save_checkpoint
+from scratchformer.checkpoint import (
+    CheckpointError,
+    checkpoint_name,
+    list_checkpoints,
+    read_params,
+    save_checkpoint,
+)
 from scratchformer.data.batching import TokenBatchSampler, fixed_batches
 from scratchformer.data.tokenizers import CharTokenizer, WhitespaceTokenizer, tokenizer_from_dict
 from scratchformer.data.vocab import Vocab
@@ -311,12 +317,25 @@ def _dropout_rng(seed: int, step: int):
     return backend.rng(int(ss.generate_state(1, dtype=backend.np.uint64)[0] >> 1))
 
 
-def train_task(cfg: TaskTrainConfig, progress=True, echo=print) -> dict:
-    """Train an LM or a classifier; returns the final record (test metrics included)."""
+def train_task(cfg: TaskTrainConfig, progress=True, echo=print, overwrite=False) -> dict:
+    """Train an LM or a classifier; returns the final record (test metrics included).
+
+    A checkpoint is written at every validation and at the end, so an interrupted run
+    keeps its work. A run directory that already holds checkpoints is refused unless
+    ``overwrite`` (its checkpoints are then deleted first).
+    """
     cfg.validate()
+    out = cfg.out_dir
+    existing = list_checkpoints(out / "checkpoints") if (out / "checkpoints").is_dir() else []
+    if existing and not overwrite:
+        raise TaskTrainError(
+            f"{out} already holds checkpoints (up to step {existing[-1][0]}): pass "
+            "--overwrite to start again there, or --name/--run-dir for a new run"
+        )
+    for _, p in existing:
+        p.unlink()
     task = (_LMTask if cfg.task == "lm" else _ClassifyTask)(cfg, dict(cfg.model))
     model, mc = task.model, task.model_config
-    out = cfg.out_dir
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     metrics = out / "metrics.jsonl"
     metrics.unlink(missing_ok=True)
@@ -327,6 +346,12 @@ def train_task(cfg: TaskTrainConfig, progress=True, echo=print) -> dict:
     def log(rec):
         with open(metrics, "a") as f:
             f.write(json.dumps(rec) + "\n")
+
+    def save(step):  # atomic (save_checkpoint writes a temporary file, then renames)
+        meta = {**task.meta(), "train_config": asdict(cfg)}
+        return save_checkpoint(
+            out / "checkpoints" / checkpoint_name(step), model, step=step, meta=meta
+        )
 
     sampler = TokenBatchSampler(task.widths("train"), cfg.max_tokens, seed=cfg.seed)
     opt = Adam(model.parameters(), 0.9, 0.98, 1e-9)
@@ -394,6 +419,7 @@ def train_task(cfg: TaskTrainConfig, progress=True, echo=print) -> dict:
                 ev = task.evaluate("dev", cfg.max_tokens, cfg.eval_limit)
                 log({"kind": "valid", "step": step, **ev})
                 echo(f"step {step}: dev {_summary(cfg.task, ev)}")
+                save(step)
             if over_time:
                 echo(f"time limit of {cfg.time_limit:.0f} s reached at step {step}")
                 break
@@ -403,12 +429,7 @@ def train_task(cfg: TaskTrainConfig, progress=True, echo=print) -> dict:
         if limits is not None:
             limits.unregister()
     train_time = time.perf_counter() - t_start
-    ckpt = save_checkpoint(
-        out / "checkpoints" / checkpoint_name(step),
-        model,
-        step=step,
-        meta={**task.meta(), "train_config": asdict(cfg)},
-    )
+    ckpt = save(step)
     with threadpool_limits(cfg.threads) if cfg.threads else nullcontext():
         dev = task.evaluate("dev", cfg.max_tokens)
         test = task.evaluate("test", cfg.max_tokens)

@@ -235,7 +235,11 @@ def run_task_model(args) -> int:
             kw[key] = parse_value(value)
         else:
             raise ConfigError(f"--set {key}: expected model.KEY or one of {sorted(known)}")
-    train_task(TaskTrainConfig(task=args.task, model=model, **kw), progress=not args.no_progress)
+    train_task(
+        TaskTrainConfig(task=args.task, model=model, **kw),
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+    )
     return 0
 
 

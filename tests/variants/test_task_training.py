@@ -77,6 +77,18 @@ def test_classifier_trains_and_reports_the_majority_baseline(tmp_path, data_dir)
     assert meta["labels"] == ["gospels", "law"] and model.num_classes == 2
 
 
+def test_task_runs_checkpoint_at_each_validation_and_guard_their_directory(tmp_path, data_dir):
+    """An interrupted lm/classify run keeps its work (a checkpoint per validation), and a
+    second run in the same directory does not silently mix with the first."""
+    cfg = run_cfg(tmp_path, data_dir, "classify", attention="relative")
+    train_task(cfg, progress=False)
+    ckpts = sorted(p.name for p in (tmp_path / "classify" / "checkpoints").iterdir())
+    assert ckpts == ["checkpoint_3.npz", "checkpoint_6.npz"]
+    with pytest.raises(TaskTrainError, match="already holds checkpoints.*--overwrite"):
+        train_task(cfg, progress=False)
+    train_task(cfg, progress=False, overwrite=True)
+
+
 def test_missing_data_names_the_command(tmp_path):
     cfg = TaskTrainConfig(task="classify", data_dir=str(tmp_path / "nowhere"))
     with pytest.raises(TaskTrainError, match="scratchformer data genre"):
