@@ -92,7 +92,28 @@ def _from_dict(cls, d: dict, section: str):
         raise ConfigError(
             f"unknown key(s) {unknown} in [{section}]: expected some of {sorted(known)}"
         )
+    _check_types(cls, d, section)
     return cls(**d)
+
+
+def _check_types(cls, d: dict, section: str) -> None:
+    """A value must have the type of its field's default (an int may stand for a float):
+    ``--set train.max_steps=abc`` is a sentence, not a TypeError deep in the loop."""
+    for f in fields(cls):
+        if f.name not in d or not isinstance(f.default, (bool, int, float, str)):
+            continue
+        value, want = d[f.name], type(f.default)
+        ok = (
+            isinstance(value, bool)
+            if want is bool
+            else isinstance(value, (int, float)) and not isinstance(value, bool)
+            if want is float
+            else isinstance(value, want) and not isinstance(value, bool)
+        )
+        if not ok:
+            raise ConfigError(
+                f"[{section}] {f.name} must be of type {want.__name__}, got {value!r}"
+            )
 
 
 @dataclass
@@ -173,6 +194,7 @@ class TrainConfig:
             raise ConfigError(f"unknown top-level key(s) {unknown}: expected some of {sorted(top)}")
         default = cls()
         kwargs = {k: d[k] for k in ("name", "seed", "run_dir") if k in d}
+        _check_types(cls, kwargs, "top level")
         try:
             task = TaskConfig.from_dict({**default.task.to_dict(), **d.get("task", {})})
         except ScratchformerError as e:

@@ -390,3 +390,17 @@ def test_model_section_replaces_the_default_model_and_set_edits_it(tmp_path):
     assert cfg.model == {"preset": "small", "N": 1}  # the preset's d_model=256 is not overridden
     cfg, _ = resolve_config(parse("--set", "model.d_model=32", "--steps", "7"))
     assert cfg.model == {**TrainConfig().model, "d_model": 32} and cfg.train.max_steps == 7
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"train": {"max_steps": "abc"}}, r"\[train\] max_steps must be of type int, got 'abc'"),
+        ({"optim": {"warmup": 1.5}}, r"\[optim\] warmup must be of type int"),
+        ({"seed": "abc"}, r"\[top level\] seed must be of type int"),
+    ],
+)
+def test_config_values_of_the_wrong_type_are_named(override, message):
+    """`--set train.max_steps=abc` used to end in a TypeError deep inside the loop."""
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig.from_dict(override)
