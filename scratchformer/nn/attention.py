@@ -19,7 +19,12 @@ from typing import NamedTuple
 from scratchformer import backend
 from scratchformer.backend import xp
 from scratchformer.nn.module import Module, xavier_uniform
-from scratchformer.ops.attention import AttentionCache, attention_backward, attention_forward
+from scratchformer.ops.attention import (
+    AttentionCache,
+    attention_backward,
+    attention_forward,
+    causal_mask,
+)
 from scratchformer.ops.blockwise_attention import (
     BlockwiseAttentionCache,
     blockwise_attention_backward,
@@ -243,6 +248,19 @@ class MultiHeadAttention(Module):
         the kv) and once per sentence for the encoder output (cross-attention).
         """
         return self._split_kv(x_kv @ self._weights(("W_k", "W_v")))  # one product
+
+    def append_kv(self, x_new, lkv, length: int):
+        """Decoding bookkeeping of self-attention: project the keys/values of the T new
+        positions x_new (R, T, D), store them at ``length ..`` of the kv buffers, and
+        return the filled K (R, H, length+T, Dh), V (R, H, length+T, Dv) and the causal
+        mask of the new block (None for one query, which sees every stored key)."""
+        T = x_new.shape[1]
+        end = length + T
+        k_new, v_new = self.project_kv(x_new)  # (R, H, T, Dh), (R, H, T, Dv)
+        lkv.self_k[:, :, length:end] = k_new
+        lkv.self_v[:, :, length:end] = v_new
+        mask = None if T == 1 else causal_mask(T, end, offset=length)  # (T, end)
+        return lkv.self_k[:, :, :end], lkv.self_v[:, :, :end], mask
 
     def infer(self, x_q, K, V, mask=None):
         """Attention of the queries of ``x_q`` over given keys and values, inference only.

@@ -17,7 +17,6 @@ from __future__ import annotations
 from scratchformer import backend
 from scratchformer.nn.attention import MultiHeadAttention, merge_heads, split_heads
 from scratchformer.nn.module import normal
-from scratchformer.ops.attention import causal_mask
 from scratchformer.ops.relative_attention import (
     distance_index,
     gather_relative,
@@ -32,19 +31,6 @@ from scratchformer.ops.softmax import softmax_forward
 def _project_q(mha: MultiHeadAttention, x_q):
     """x_q (B, T, D)  ->  Q (B, H, T, Dh), inference only."""
     return split_heads(x_q @ mha.params["W_q"], mha.h)
-
-
-def append_kv_step(mha: MultiHeadAttention, a_in, lkv, length: int):
-    """The dense decoding step's bookkeeping: project the T new positions' keys/values,
-    store them at ``length ..`` of the kv buffers; return the filled K, V and the causal
-    mask of the new block (None for one query)."""
-    T = a_in.shape[1]
-    end = length + T
-    k_new, v_new = mha.project_kv(a_in)  # (R, H, T, Dh), (R, H, T, Dv)
-    lkv.self_k[:, :, length:end] = k_new
-    lkv.self_v[:, :, length:end] = v_new
-    mask = None if T == 1 else causal_mask(T, end, offset=length)  # (T, end)
-    return lkv.self_k[:, :, :end], lkv.self_v[:, :, :end], mask
 
 
 class RelativeMultiHeadAttention(MultiHeadAttention):
@@ -95,7 +81,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
     def step(self, a_in, lkv, length: int):
         """Incremental self-attention of a_in (R, T, D) at positions ``length ..``."""
-        K, V, mask = append_kv_step(self, a_in, lkv, length)
+        K, V, mask = self.append_kv(a_in, lkv, length)
         return self.infer(a_in, K, V, mask, offset=length)
 
 
@@ -152,8 +138,8 @@ class SkewMultiHeadAttention(MultiHeadAttention):
         return merge_heads(A @ V) @ p["W_o"]  # (B, T, D)
 
     def step(self, a_in, lkv, length: int):
-        K, V, mask = append_kv_step(self, a_in, lkv, length)
+        K, V, mask = self.append_kv(a_in, lkv, length)
         return self.infer(a_in, K, V, mask, offset=length)
 
 
-__all__ = ["RelativeMultiHeadAttention", "SkewMultiHeadAttention", "append_kv_step"]
+__all__ = ["RelativeMultiHeadAttention", "SkewMultiHeadAttention"]

@@ -38,7 +38,6 @@ from scratchformer.nn.layers import (
     PositionwiseFeedForward,
 )
 from scratchformer.nn.module import Module, ModuleList
-from scratchformer.ops.attention import causal_mask
 from scratchformer.ops.dropout import DropoutCache
 from scratchformer.ops.layernorm import LayerNormCache, layernorm_forward
 from scratchformer.ops.positional import PositionalCache
@@ -95,14 +94,7 @@ def _self_attend_step(sa, a_in, kv, length: int):
     variant's own ``step`` (relative positions, local ring) or the dense one."""
     if hasattr(sa, "step"):
         return sa.step(a_in, kv, length)
-    T = a_in.shape[1]
-    end = length + T
-    k_new, v_new = sa.project_kv(a_in)  # (R, H, T, Dh), (R, H, T, Dv)
-    kv.self_k[:, :, length:end] = k_new
-    kv.self_v[:, :, length:end] = v_new
-    # One new query sees every stored key; a block of T needs the causal mask.
-    mask = None if T == 1 else causal_mask(T, end, offset=length)  # (T, end)
-    return sa.infer(a_in, kv.self_k[:, :, :end], kv.self_v[:, :, :end], mask)
+    return sa.infer(a_in, *sa.append_kv(a_in, kv, length))
 
 
 # -- inference helpers: the forward math with dropout off and every cache dropped --------
@@ -194,6 +186,16 @@ class KVCache:
     def capacity(self) -> int:
         """C, the most target positions a step may reach."""
         return int(self.layers[0].self_k.shape[2]) if self.limit is None else int(self.limit)
+
+    def check_step(self, rows: int, T: int) -> None:
+        """A step of ``T`` new positions for ``rows`` rows must fit this kv."""
+        if rows != self.rows:
+            raise DecodeStateError(f"step got {rows} rows, the kv holds {self.rows}")
+        if self.length + T > self.capacity:
+            raise DecodeStateError(
+                f"step would fill position {self.length + T - 1}, beyond the kv capacity "
+                f"of {self.capacity} positions"
+            )
 
     def reorder(self, rows, sentences=None) -> None:
         """Keep, for each new row ``i``, the self-attention keys/values of old row ``rows[i]``.
@@ -415,6 +417,15 @@ class _Stack(Module):
         self.norm = LayerNorm(cfg.d_model, cfg.ln_eps) if cfg.norm == "pre" else None
         set_attention_block(self.layers, getattr(cfg, "attention_block", None))
 
+    def _kv_capacity(self, capacity):
+        """A kv's capacity in positions: ``max_len`` by default, never beyond it."""
+        capacity = self.pos.max_len if capacity is None else int(capacity)
+        if not 1 <= capacity <= self.pos.max_len:
+            raise DecodeStateError(
+                f"kv capacity {capacity} must be in [1, {self.pos.max_len}] (config.max_len)"
+            )
+        return capacity
+
     def _enter(self, x, rng, offset=0):
         x, c_pos = self.pos.forward(x, offset)
         x, c_drop = self.dropout.forward(x, rng)
@@ -485,11 +496,7 @@ class Decoder(_Stack):
         ``beams`` rows per sentence, holding up to ``capacity`` target positions
         (default: the position table's ``max_len``). Cross-attention keys/values are
         computed here, once per sentence and layer."""
-        capacity = self.pos.max_len if capacity is None else int(capacity)
-        if not 1 <= capacity <= self.pos.max_len:
-            raise DecodeStateError(
-                f"kv capacity {capacity} must be in [1, {self.pos.max_len}] (config.max_len)"
-            )
+        capacity = self._kv_capacity(capacity)
         if beams < 1:
             raise DecodeStateError(f"beams must be >= 1, got {beams}")
         rows = memory.shape[0] * beams
@@ -501,14 +508,8 @@ class Decoder(_Stack):
 
         Positions are ``kv.length .. kv.length + T - 1``; ``kv.length`` advances by T.
         """
-        R, T, _ = y.shape
-        if R != kv.rows:
-            raise DecodeStateError(f"step got {R} rows, the kv holds {kv.rows}")
-        if kv.length + T > kv.capacity:
-            raise DecodeStateError(
-                f"step would fill target position {kv.length + T - 1}, beyond the kv "
-                f"capacity of {kv.capacity} positions"
-            )
+        T = y.shape[1]
+        kv.check_step(y.shape[0], T)
         y = self.pos.forward(y, kv.length)[0]
         for layer, lkv in zip(self.layers, kv.layers):
             y = layer.step(y, lkv, kv.length, kv.src_mask, kv.beams)
@@ -525,25 +526,15 @@ class CausalStack(Encoder):
     layer_class = CausalLayer
 
     def init_kv(self, rows: int, capacity: int | None = None, dtype=None) -> KVCache:
-        capacity = self.pos.max_len if capacity is None else int(capacity)
-        if not 1 <= capacity <= self.pos.max_len:
-            raise DecodeStateError(
-                f"kv capacity {capacity} must be in [1, {self.pos.max_len}] (config.max_len)"
-            )
+        capacity = self._kv_capacity(capacity)
         dtype = backend.get_dtype() if dtype is None else dtype
         layers = [layer.init_kv(rows, capacity, dtype) for layer in self.layers]
         return KVCache(layers, None, 1, 0, capacity)
 
     def step(self, x, kv: KVCache):
         """x (R, T, D) scaled embeddings of the next T tokens  ->  (R, T, D)."""
-        R, T, _ = x.shape
-        if R != kv.rows:
-            raise DecodeStateError(f"step got {R} rows, the kv holds {kv.rows}")
-        if kv.length + T > kv.capacity:
-            raise DecodeStateError(
-                f"step would fill position {kv.length + T - 1}, beyond the kv capacity of "
-                f"{kv.capacity} positions"
-            )
+        T = x.shape[1]
+        kv.check_step(x.shape[0], T)
         x = self.pos.forward(x, kv.length)[0]
         for layer, lkv in zip(self.layers, kv.layers):
             x = layer.step(x, lkv, kv.length)
