@@ -794,6 +794,9 @@ class Trainer:
 
         self.echo(f"\nheld-out test set ({len(self.test_pairs)} sequences never seen in training):")
         for src, tgt, out in examples:
+            if self.cfg.task.name == "translate":  # sentences: one per line, no verdict
+                self.echo(f"  source:    {src}\n  reference: {tgt}\n  output:    {out}\n")
+                continue
             verdict = "ok" if out == tgt else f"WRONG, want {tgt!r}"
             self.echo(f"  source {src!r:16} -> output {out!r:16} {verdict}")
         if outputs is None:

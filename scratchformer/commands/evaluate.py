@@ -62,6 +62,21 @@ def load_for_evaluation(path):
     return ckpt, tok
 
 
+def teacher_forced(model, tok, pairs, max_tokens: int = 4096) -> dict:
+    """Perplexity of the references under ``model`` (plain cross-entropy per target
+    token, ``<eos>`` included, dropout off): ``exp(-(1/n) sum log p(y_t | y_<t, x))``.
+    Pairs with a side longer than the model's positions are left out (counted)."""
+    from scratchformer.train import evaluate  # noqa: PLC0415
+
+    limit = model.config.max_len - 1  # room for <bos>/<eos>
+    enc = [(tok.encode(s), tok.encode(t)) for s, t in pairs]
+    enc = [(s, t) for s, t in enc if 0 < len(s) <= limit and len(t) <= limit]
+    if not enc:
+        return {}
+    m = evaluate(model, enc, max_tokens)
+    return {"ppl": m["ppl"], "ppl_sentences": len(enc), "ppl_tokens": m["n_tokens"]}
+
+
 def run(args) -> int:
     from scratchformer.bleu import corpus_scores  # noqa: PLC0415
     from scratchformer.data.bible_pairs import read_pairs  # noqa: PLC0415
@@ -92,6 +107,8 @@ def run(args) -> int:
         batch_size=args.batch_size,
     )
     dt = time.perf_counter() - t0
+    out_tokens = sum(len(tok.encode(h)) + 1 for h in hyps)  # + <eos>
+    scores_tf = teacher_forced(ckpt.model, tok, pairs)
     if args.output:
         Path(args.output).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     scores = corpus_scores(hyps, refs)
@@ -103,7 +120,9 @@ def run(args) -> int:
             "decode": how,
             "step": ckpt.step,
             "seconds": dt,
+            "output_tokens_per_s": out_tokens / dt,
             **scores,
+            **scores_tf,
         }
         print(json.dumps(rec))
     else:
@@ -112,5 +131,11 @@ def run(args) -> int:
         print(f"  signature: {scores['bleu_signature']}")
         print(f"chrF = {scores['chrf']:.2f}")
         print(f"  signature: {scores['chrf_signature']}")
+        if scores_tf:
+            print(
+                f"perplexity = {scores_tf['ppl']:.3f} (teacher-forced, "
+                f"{scores_tf['ppl_sentences']} sentences, {scores_tf['ppl_tokens']} target tokens)"
+            )
+        print(f"decoding: {out_tokens / dt:.0f} output tokens/s")
     print(f"evaluated in {dt:.1f} s", file=sys.stderr)
     return 0

@@ -65,6 +65,7 @@ def test_evaluate_scores_the_decoded_split(tmp_path, bpe, data_dir, monkeypatch,
     assert main(["evaluate", "--checkpoint", str(ckpt), "--greedy", "--output", str(out)]) == 0
     text = capsys.readouterr().out
     assert "BLEU = " in text and "signature: nrefs:1|case:mixed" in text and "chrF = " in text
+    assert "perplexity = " in text and "output tokens/s" in text
     assert len(out.read_text(encoding="utf-8").splitlines()) == 6  # the test split
 
     test_refs = [line.split("\t")[1] for line in (data_dir / "test.tsv").read_text().splitlines()]
@@ -82,6 +83,35 @@ def test_evaluate_scores_the_decoded_split(tmp_path, bpe, data_dir, monkeypatch,
     rec = json.loads(capsys.readouterr().out)
     assert rec["bleu"] == pytest.approx(_bleu_by_hand(hyps, refs), abs=1e-9)
     assert rec["decode"] == "beam 4, alpha 0.6"
+
+
+def test_evaluate_perplexity_is_the_per_token_likelihood_of_the_references(bpe, pairs):
+    """The teacher-forced perplexity ``evaluate`` prints equals exp of the mean negative
+    log-likelihood computed one sentence at a time with a plain log-softmax (so padding
+    and batching change nothing), ``<eos>`` counted as a token."""
+    import numpy as np  # noqa: PLC0415  (the test's own reference computation)
+
+    from scratchformer.commands.evaluate import teacher_forced  # noqa: PLC0415
+
+    cfg = TransformerConfig(
+        vocab_size=len(bpe.vocab), N=1, d_model=16, d_ff=32, h=2, max_len=64, seed=3
+    )
+    model = Transformer(cfg)
+    subset = pairs[:7]
+    got = teacher_forced(model, bpe, subset, max_tokens=64)
+    nll, n = 0.0, 0
+    for src_text, tgt_text in subset:
+        src, tgt = bpe.encode(src_text), bpe.encode(tgt_text)
+        tgt_in = [cfg.bos_id, *tgt]
+        tgt_out = [*tgt, cfg.eos_id]
+        logits, _ = model.forward(np.array([src]), np.array([tgt_in]))
+        z = np.asarray(logits[0], dtype=np.float64)
+        logp = z - z.max(-1, keepdims=True)
+        logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+        nll -= logp[np.arange(len(tgt_out)), tgt_out].sum()
+        n += len(tgt_out)
+    assert got["ppl_tokens"] == n and got["ppl_sentences"] == 7
+    assert got["ppl"] == pytest.approx(math.exp(nll / n), rel=1e-4)
 
 
 def test_vocabulary_checkpoint_mismatch_is_an_error(tmp_path, bpe, data_dir, capsys):
