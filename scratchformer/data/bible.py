@@ -39,6 +39,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -313,14 +314,35 @@ def _one_line(text: str) -> str:
     return text.replace("\t", " ").replace("\n", " ")
 
 
+@contextmanager
+def split_files(out_dir, names: dict):
+    """Open ``{split: file name}`` under ``out_dir`` for writing, all or nothing: the
+    text goes to ``<name>.tmp`` files that replace the real ones only when the block
+    ends without an error, so an interrupted preparation never leaves a truncated split
+    beside complete ones (the old files, if any, stay as they were)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = {s: out / f"{name}.tmp" for s, name in names.items()}
+    files = {s: open(t, "w", encoding="utf-8") for s, t in tmp.items()}
+    try:
+        yield files
+    except BaseException:
+        for f in files.values():
+            f.close()
+        for t in tmp.values():
+            t.unlink(missing_ok=True)
+        raise
+    for f in files.values():
+        f.close()
+    for s, t in tmp.items():
+        os.replace(t, out / names[s])
+
+
 def prepare_genre(out_dir, verses: Iterable[Verse], dev=0.05, test=0.05) -> dict:
     """Write ``genre.{train,dev,test}.tsv`` (``label<TAB>text<TAB>ref``) under ``out_dir``;
     returns ``{split: {genre: count}}``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     counts: dict = {s: {g: 0 for g in GENRES} for s in ("train", "dev", "test")}
-    files = {s: open(out / f"genre.{s}.tsv", "w", encoding="utf-8") for s in counts}
-    try:
+    with split_files(out_dir, {s: f"genre.{s}.tsv" for s in counts}) as files:
         for v in verses:
             genre = GENRE_OF.get(v.book)
             if genre is None:
@@ -328,29 +350,20 @@ def prepare_genre(out_dir, verses: Iterable[Verse], dev=0.05, test=0.05) -> dict
             s = chapter_split(v.book, v.chapter, dev, test)
             files[s].write(f"{genre}\t{_one_line(v.text)}\t{v.ref}\n")
             counts[s][genre] += 1
-    finally:
-        for f in files.values():
-            f.close()
     return counts
 
 
 def prepare_text(out_dir, verses: Iterable[Verse], stem="web", dev=0.05, test=0.05) -> dict:
     """Write ``{stem}.{train,dev,test}.txt``, one verse per line, split by chapter;
     returns ``{split: (lines, characters)}``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     counts = {s: [0, 0] for s in ("train", "dev", "test")}
-    files = {s: open(out / f"{stem}.{s}.txt", "w", encoding="utf-8") for s in counts}
-    try:
+    with split_files(out_dir, {s: f"{stem}.{s}.txt" for s in counts}) as files:
         for v in verses:
             s = chapter_split(v.book, v.chapter, dev, test)
             line = _one_line(v.text)
             files[s].write(line + "\n")
             counts[s][0] += 1
             counts[s][1] += len(line)
-    finally:
-        for f in files.values():
-            f.close()
     return {s: tuple(c) for s, c in counts.items()}
 
 

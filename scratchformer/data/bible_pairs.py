@@ -45,6 +45,7 @@ from scratchformer.data.bible import (
     _import_pysword,
     _one_line,
     chapter_split,
+    split_files,
     sword_path,
 )
 from scratchformer.errors import ScratchformerError
@@ -204,18 +205,12 @@ def align_texts(
 def write_pairs(out_dir, src: list[Verse], tgt: list[Verse], dev=0.05, test=0.05) -> dict:
     """Write ``{train,dev,test}.tsv`` (``source<TAB>target<TAB>ref``) under ``out_dir``,
     split by chapter; returns ``{split: pairs}``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     counts = {s: 0 for s in SPLITS}
-    files = {s: open(out / f"{s}.tsv", "w", encoding="utf-8") for s in SPLITS}
-    try:
+    with split_files(out_dir, {s: f"{s}.tsv" for s in SPLITS}) as files:
         for vs, vt in zip(src, tgt):
             s = chapter_split(vs.book, vs.chapter, dev, test)
             files[s].write(f"{_one_line(vs.text)}\t{_one_line(vt.text)}\t{vs.ref}\n")
             counts[s] += 1
-    finally:
-        for f in files.values():
-            f.close()
     return counts
 
 

@@ -107,6 +107,28 @@ def test_split_is_by_chapter_and_files_round_trip(tmp_path):
         assert len(read_pairs(tmp_path / f"{split}.tsv")) == counts[split]
 
 
+def test_an_interrupted_preparation_keeps_the_previous_files(tmp_path):
+    """The splits are written all or nothing: a failure half-way (here a verse whose
+    text raises) leaves the earlier complete files untouched and no temporary files."""
+    src, tgt = [], []
+    for ch in range(1, 21):
+        src += _chapter("Ps", ch, [3, 4], "alabad")
+        tgt += _chapter("Ps", ch, [3, 4], "praise")
+    write_pairs(tmp_path, src, tgt, dev=0.2, test=0.2)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    class Broken:
+        book, chapter, ref = "Ps", 1, "Ps 1:9"
+
+        @property
+        def text(self):
+            raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        write_pairs(tmp_path, src[:5] + [Broken()], tgt[:6], dev=0.2, test=0.2)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
 @pytest.mark.parametrize(
     "content, message",
     [
