@@ -273,25 +273,54 @@ def latest_checkpoint(directory) -> Path | None:
     return found[-1][1] if found else None
 
 
+# What must agree for a mean of parameters to mean anything: the same architecture
+# (every config field but the training-only ones), the same task and the same tokenizer.
+_TRAINING_ONLY = ("seed", "P_drop", "P_drop_attn", "P_drop_ffn", "eps_ls", "extra")
+_WHAT = ("model configurations", "tasks", "tokenizers")
+
+
+def _what_it_models(header: dict) -> tuple:
+    config = {k: v for k, v in (header.get("config") or {}).items() if k not in _TRAINING_ONLY}
+    meta = header.get("meta") or {}
+    return config, meta.get("task"), meta.get("tokenizer")
+
+
+def _difference(a, b) -> str:
+    """``a`` against ``b`` in a few words: the differing keys of two configs, else values."""
+    if isinstance(a, dict) and isinstance(b, dict) and "vocab" not in a:
+        keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+        return ", ".join(f"{k}: {a.get(k)!r} against {b.get(k)!r}" for k in keys[:4])
+    if isinstance(a, dict) or isinstance(b, dict):
+        return "a different vocabulary or tokenizer model"
+    return f"{a!r} against {b!r}"
+
+
 def average_checkpoints(paths) -> dict:
     """Element-wise mean of the parameters of ``paths``: ``{name: ndarray}``.
 
-    Every checkpoint must hold the same parameter names and shapes (else CheckpointError
-    naming the difference). A tied matrix is stored once per checkpoint, so it is
-    averaged once. The sum runs in float64; the result has the stored dtype.
+    Every checkpoint must hold the same parameter names and shapes, the same model
+    configuration (training-only settings such as dropout aside), task and tokenizer
+    (else CheckpointError naming the difference). A tied matrix is stored once per
+    checkpoint, so it is averaged once. The sum runs in float64; the result has the stored dtype.
     """
     np = backend.np
     paths = [Path(p) for p in paths]
     if not paths:
         raise CheckpointError("no checkpoints given to average")
-    total, first, dtypes = None, None, {}
+    total, first, dtypes, model_of = None, None, {}, None
     for p in paths:
-        params, _ = read_params(p)
+        params, header = read_params(p)
         if total is None:
-            first = p
+            first, model_of = p, _what_it_models(header)
             total = {k: v.astype(np.float64) for k, v in params.items()}
             dtypes = {k: v.dtype for k, v in params.items()}
             continue
+        for what, a, b in zip(_WHAT, model_of, _what_it_models(header)):
+            if a != b:
+                raise CheckpointError(
+                    f"cannot average {p} with {first}: their {what} differ "
+                    f"({_difference(b, a)}); average checkpoints of one run"
+                )
         missing = sorted(set(total) - set(params))
         extra = sorted(set(params) - set(total))
         if missing or extra:

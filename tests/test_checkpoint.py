@@ -235,15 +235,36 @@ def test_tied_tensor_averaged_once(tmp_path):
 def test_mismatched_keys_or_shapes_are_errors(tmp_path):
     a = save_checkpoint(tmp_path / "a.npz", tiny_model())
     b = save_checkpoint(tmp_path / "b.npz", tiny_model(share_embeddings="none"))
-    with pytest.raises(CheckpointError, match="parameter names differ"):
+    with pytest.raises(CheckpointError, match="model configurations differ.*share_embeddings"):
         average_checkpoints([a, b])
     c = save_checkpoint(
         tmp_path / "c.npz", Transformer(TransformerConfig.preset("tiny", vocab_size=14))
     )
-    with pytest.raises(CheckpointError, match="shape"):
+    with pytest.raises(CheckpointError, match="model configurations differ"):
         average_checkpoints([a, c])
     with pytest.raises(CheckpointError, match="no checkpoints"):
         average_checkpoints([])
+
+
+def test_mixed_runs_are_refused(tmp_path):
+    """Equal shapes are not enough: a pre-LN model, another task or another tokenizer
+    makes the mean meaningless, and the error says which. Dropout and seed may differ."""
+    a = save_checkpoint(tmp_path / "a.npz", tiny_model(), meta={"task": "reverse"})
+    ok = save_checkpoint(
+        tmp_path / "ok.npz", tiny_model(seed=5, P_drop=0.3), meta={"task": "reverse"}
+    )
+    average_checkpoints([a, ok])
+    pre = save_checkpoint(tmp_path / "pre.npz", tiny_model(norm="pre"), meta={"task": "reverse"})
+    with pytest.raises(CheckpointError, match="norm: 'pre' against 'post'"):
+        average_checkpoints([a, pre])
+    sort = save_checkpoint(tmp_path / "sort.npz", tiny_model(), meta={"task": "sort"})
+    with pytest.raises(CheckpointError, match="tasks differ \\('sort' against 'reverse'\\)"):
+        average_checkpoints([a, sort])
+    tok_a, tok_b = ({"kind": "char", "vocab": list(v)} for v in ("abc", "abd"))
+    x = save_checkpoint(tmp_path / "x.npz", tiny_model(), meta={"task": "t", "tokenizer": tok_a})
+    y = save_checkpoint(tmp_path / "y.npz", tiny_model(), meta={"task": "t", "tokenizer": tok_b})
+    with pytest.raises(CheckpointError, match="tokenizers differ"):
+        average_checkpoints([x, y])
 
 
 def test_a_language_model_checkpoint_is_named_as_such(tmp_path):
