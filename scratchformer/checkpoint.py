@@ -273,6 +273,31 @@ def latest_checkpoint(directory) -> Path | None:
     return found[-1][1] if found else None
 
 
+def load_with_tokenizer(path) -> tuple[Checkpoint, object]:
+    """``(checkpoint, tokenizer)`` for the tools that read and write text (translate,
+    evaluate, plot): the checkpoint's model and the tokenizer saved with it.
+
+    Raises CheckpointError when the checkpoint holds no tokenizer, or one whose
+    vocabulary size differs from the model's (a vocabulary/checkpoint mismatch would
+    otherwise surface as an index error deep inside the embedding).
+    """
+    from scratchformer.data import tokenizer_from_dict  # noqa: PLC0415
+
+    ckpt = load_checkpoint(path)
+    if "tokenizer" not in ckpt.meta:
+        raise CheckpointError(
+            f"checkpoint {path} holds no tokenizer (meta['tokenizer']): it cannot turn text "
+            "into ids; save checkpoints with meta={'tokenizer': tokenizer.to_dict()}"
+        )
+    tok = tokenizer_from_dict(ckpt.meta["tokenizer"])
+    if len(tok.vocab) != ckpt.config.vocab_size:
+        raise CheckpointError(
+            f"vocabulary/checkpoint mismatch in {path}: the tokenizer has {len(tok.vocab)} ids, "
+            f"the model's vocab_size is {ckpt.config.vocab_size}"
+        )
+    return ckpt, tok
+
+
 # What must agree for a mean of parameters to mean anything: the same architecture
 # (every config field but the training-only ones), the same task and the same tokenizer.
 _TRAINING_ONLY = ("seed", "P_drop", "P_drop_attn", "P_drop_ffn", "eps_ls", "extra")
@@ -348,6 +373,7 @@ __all__ = [
     "latest_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
+    "load_with_tokenizer",
     "read_params",
     "save_checkpoint",
 ]

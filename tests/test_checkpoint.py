@@ -275,3 +275,23 @@ def test_a_language_model_checkpoint_is_named_as_such(tmp_path):
     save_checkpoint(path, model, step=1, meta={"task": "lm"})
     with pytest.raises(CheckpointError, match="lm checkpoint.*scratchformer generate"):
         load_checkpoint(path)
+
+
+def test_text_tools_need_a_matching_tokenizer(tmp_path):
+    """translate, evaluate and plot load through load_with_tokenizer: a checkpoint with
+    no tokenizer, or one of another vocabulary size, is refused with the reason."""
+    from scratchformer.checkpoint import load_with_tokenizer  # noqa: PLC0415
+    from scratchformer.data import CharTokenizer  # noqa: PLC0415
+
+    tok = CharTokenizer.fit(["abcdefghi"])  # 9 symbols + 4 specials = 13 ids
+    assert len(tok.vocab) == 13
+    good = save_checkpoint(tmp_path / "good.npz", tiny_model(), meta={"tokenizer": tok.to_dict()})
+    ck, loaded = load_with_tokenizer(good)
+    assert loaded.encode("cab") == tok.encode("cab") and ck.config.vocab_size == 13
+    bare = save_checkpoint(tmp_path / "bare.npz", tiny_model())
+    with pytest.raises(CheckpointError, match="holds no tokenizer"):
+        load_with_tokenizer(bare)
+    other = CharTokenizer.fit(["abcdefghijk"]).to_dict()
+    bad = save_checkpoint(tmp_path / "bad.npz", tiny_model(), meta={"tokenizer": other})
+    with pytest.raises(CheckpointError, match="vocabulary/checkpoint mismatch.*15 ids.*13"):
+        load_with_tokenizer(bad)

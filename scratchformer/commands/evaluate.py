@@ -44,24 +44,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def load_for_evaluation(path):
-    """``(checkpoint, tokenizer)``; errors when the checkpoint holds no tokenizer or one
-    whose vocabulary does not match the model's."""
-    from scratchformer.checkpoint import load_checkpoint  # noqa: PLC0415
-    from scratchformer.data import tokenizer_from_dict  # noqa: PLC0415
-
-    ckpt = load_checkpoint(path)
-    if "tokenizer" not in ckpt.meta:
-        raise ScratchformerError(f"checkpoint {path} holds no tokenizer (meta['tokenizer'])")
-    tok = tokenizer_from_dict(ckpt.meta["tokenizer"])
-    if len(tok.vocab) != ckpt.config.vocab_size:
-        raise ScratchformerError(
-            f"vocabulary/checkpoint mismatch in {path}: the tokenizer has {len(tok.vocab)} ids, "
-            f"the model's vocab_size is {ckpt.config.vocab_size}"
-        )
-    return ckpt, tok
-
-
 def teacher_forced(model, tok, pairs, max_tokens: int = 4096) -> dict:
     """Perplexity of the references under ``model`` (plain cross-entropy per target
     token, ``<eos>`` included, dropout off): ``exp(-(1/n) sum log p(y_t | y_<t, x))``.
@@ -79,10 +61,11 @@ def teacher_forced(model, tok, pairs, max_tokens: int = 4096) -> dict:
 
 def run(args) -> int:
     from scratchformer.bleu import corpus_scores  # noqa: PLC0415
+    from scratchformer.checkpoint import load_with_tokenizer  # noqa: PLC0415
     from scratchformer.data.bible_pairs import read_pairs  # noqa: PLC0415
     from scratchformer.decode import translate  # noqa: PLC0415
 
-    ckpt, tok = load_for_evaluation(args.checkpoint)
+    ckpt, tok = load_with_tokenizer(args.checkpoint)
     data_dir = args.data_dir
     if data_dir is None:
         data_dir = ckpt.meta.get("train_config", {}).get("task", {}).get("data_dir") or None

@@ -84,28 +84,19 @@ def add_parser(sub) -> None:
 
 
 # -- attention ------------------------------------------------------------------------------
-def _load(path):
+def _checkpoint_path(path) -> Path:
     """A checkpoint file, or the newest checkpoint of a run directory."""
-    from scratchformer.checkpoint import latest_checkpoint, load_checkpoint  # noqa: PLC0415
+    from scratchformer.checkpoint import latest_checkpoint  # noqa: PLC0415
 
     path = Path(path)
     if path.is_dir():
         found = latest_checkpoint(path / "checkpoints") or latest_checkpoint(path)
         if found is None:
             raise PlotError(f"no checkpoint_<step>.npz in {path} or {path / 'checkpoints'}")
-        path = found
-    elif not path.exists():
+        return found
+    if not path.exists():
         raise PlotError(f"no checkpoint file or run directory at {path}")
-    return load_checkpoint(path)
-
-
-def _tokenizer(ck):
-    from scratchformer.data import tokenizer_from_dict  # noqa: PLC0415
-
-    d = ck.meta.get("tokenizer")
-    if d is None:
-        raise PlotError(f"{ck.path} holds no tokenizer (meta['tokenizer']): cannot read text")
-    return tokenizer_from_dict(d)
+    return path
 
 
 def _greedy(model, src_ids):
@@ -127,8 +118,9 @@ def _greedy(model, src_ids):
 
 
 def run_attention(args) -> int:
-    ck = _load(args.checkpoint)
-    tok = _tokenizer(ck)
+    from scratchformer.checkpoint import load_with_tokenizer  # noqa: PLC0415
+
+    ck, tok = load_with_tokenizer(_checkpoint_path(args.checkpoint))
     model, cfg = ck.model, ck.config
     src_ids = tok.encode(args.source)
     if not src_ids:
@@ -185,7 +177,9 @@ def run_positional(args) -> int:
             raise PlotError(f"--d-model must be at least 2, got {args.d_model}")
         table, title, sinusoidal = sinusoidal_table(args.positions, args.d_model), None, True
     else:
-        ck = _load(args.checkpoint)
+        from scratchformer.checkpoint import load_checkpoint  # noqa: PLC0415
+
+        ck = load_checkpoint(_checkpoint_path(args.checkpoint))
         cfg = ck.config
         n = min(args.positions, cfg.max_len)
         if cfg.positions == "learned":

@@ -47,25 +47,13 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _load(path):
-    from scratchformer.checkpoint import load_checkpoint  # noqa: PLC0415
-    from scratchformer.data import tokenizer_from_dict  # noqa: PLC0415
-
-    ckpt = load_checkpoint(path)
-    if "tokenizer" not in ckpt.meta:
-        raise ScratchformerError(
-            f"checkpoint {path} holds no tokenizer (meta['tokenizer']): it cannot turn "
-            "text into ids; save checkpoints with meta={'tokenizer': tokenizer.to_dict()}"
-        )
-    return ckpt, tokenizer_from_dict(ckpt.meta["tokenizer"])
-
-
 def run(args) -> int:
+    from scratchformer.checkpoint import load_with_tokenizer  # noqa: PLC0415
     from scratchformer.decode import translate, translate_nbest  # noqa: PLC0415
 
     if args.greedy and (args.nbest > 1 or args.scores):
         raise ScratchformerError("--greedy gives one output without scores: drop --nbest/--scores")
-    ckpt, tokenizer = _load(args.checkpoint)
+    ckpt, tokenizer = load_with_tokenizer(args.checkpoint)
     with ExitStack() as stack:
         src = (
             sys.stdin
