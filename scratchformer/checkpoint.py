@@ -196,6 +196,15 @@ def read_params(path) -> tuple[dict, dict]:
     return _split(arrays)[0], header
 
 
+def read_state(path) -> tuple[dict, dict | None, dict]:
+    """``(params, optimizer state or None, header)`` without building a model: what a
+    training loop of another model class (language model, classifier) resumes from."""
+    header, arrays = _read(path)
+    params, moments = _split(arrays)
+    opt = header.get("optimizer")
+    return params, (None if opt is None else {**opt, **moments}), header
+
+
 def load_checkpoint(path) -> Checkpoint:
     """Read a checkpoint and rebuild its model on the active backend.
 
@@ -375,5 +384,6 @@ __all__ = [
     "load_checkpoint",
     "load_with_tokenizer",
     "read_params",
+    "read_state",
     "save_checkpoint",
 ]

@@ -18,7 +18,9 @@ Same recipe as the main loop (scratchformer/train.py): token-budget batches
 (``TokenBatchSampler``), Adam (0.9, 0.98, 1e-9), the warmup schedule, global-norm clipping,
 dropout seeded by ``(seed, step)``. Outputs in ``runs/<name>``: ``config.json``,
 ``metrics.jsonl`` and ``checkpoints/checkpoint_<step>.npz`` (meta: task, tokenizer,
-labels), loadable with ``load_task_checkpoint``.
+labels; with the optimizer moments and the position in the data), loadable with
+``load_task_checkpoint``. ``--resume`` continues from the newest checkpoint exactly as if
+the run had not stopped (same batches, same dropout masks, same Adam moments).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from scratchformer.checkpoint import (
     checkpoint_name,
     list_checkpoints,
     read_params,
+    read_state,
     save_checkpoint,
 )
 from scratchformer.data.batching import TokenBatchSampler, fixed_batches
@@ -120,6 +123,9 @@ class TaskTrainConfig:
         need(self.steps >= 1, "steps must be >= 1")
         need(self.max_tokens >= 16, "max_tokens must be >= 16")
         need(self.schedule in ("noam", "constant"), f"schedule={self.schedule!r}")
+
+
+_FIELDS = tuple(TaskTrainConfig.__dataclass_fields__)
 
 
 def words(text: str) -> str:
@@ -311,34 +317,118 @@ def _model_config(cfg: TaskTrainConfig, model_cfg: dict, vocab_size: int) -> Tra
         raise TaskTrainError(f"invalid model settings: {e}") from None
 
 
+# -- resuming ------------------------------------------------------------------------------
+#: Settings a resumed run may change: when to stop, log and validate, and the threads.
+RESUMABLE_CHANGES = ("steps", "time_limit", "log_every", "eval_every", "eval_limit", "threads")
+
+
+def resume_config(flags: dict, model: dict, resume: str) -> tuple[TaskTrainConfig, Path]:
+    """The configuration of a resumed lm/classify run and the checkpoint to resume from.
+
+    ``flags``: the ``TaskTrainConfig`` fields given on the command line (``task`` and the
+    run's ``name``/``run_dir`` locate it); ``resume``: "latest" or a checkpoint path. The
+    stored configuration is used, with ``flags``/``model`` on top; changing anything but
+    ``RESUMABLE_CHANGES`` is refused, since the data order or the model would differ.
+    """
+    probe = TaskTrainConfig(**flags)
+    if resume == "latest":
+        ckpt_dir = probe.out_dir / "checkpoints"
+        found = list_checkpoints(ckpt_dir) if ckpt_dir.is_dir() else []
+        if not found:
+            raise TaskTrainError(f"nothing to resume: no checkpoints in {ckpt_dir}")
+        path = found[-1][1]
+    else:
+        path = Path(resume)
+    _, header = read_params(path)
+    stored = (header.get("meta") or {}).get("train_config")
+    if not isinstance(stored, dict) or stored.get("task") != probe.task:
+        raise TaskTrainError(f"{path} is not a checkpoint of a --task {probe.task} run")
+    merged = {**stored, **flags, "model": {**stored.get("model", {}), **model}}
+    cfg = TaskTrainConfig(**{k: v for k, v in merged.items() if k in _FIELDS})
+    changed = sorted(
+        k for k in _FIELDS if k not in RESUMABLE_CHANGES and getattr(cfg, k) != stored.get(k)
+    )
+    if changed:
+        raise TaskTrainError(
+            f"cannot resume from {path} with other {', '.join(changed)} "
+            f"(only {', '.join(RESUMABLE_CHANGES)} may change)"
+        )
+    return cfg, path
+
+
+def _restore(path: Path, model, opt, tokenizer) -> dict:
+    """Load parameters and Adam moments from ``path``; returns its training state."""
+    params, opt_state, header = read_state(path)
+    meta, state = header.get("meta") or {}, header.get("train_state")
+    if opt_state is None or not isinstance(state, dict):
+        raise TaskTrainError(
+            f"cannot resume from {path}: it holds no optimizer/training state (written by an "
+            "older scratchformer?)"
+        )
+    if meta.get("tokenizer") != tokenizer.to_dict():
+        raise TaskTrainError(
+            f"cannot resume from {path}: its vocabulary differs from the one built from the "
+            "data now (was the data prepared again?)"
+        )
+    try:
+        model.load_state_dict(params)
+        opt.load_state_dict(opt_state)
+    except ScratchformerError as e:
+        raise TaskTrainError(f"cannot resume from {path}: {e}") from None
+    return state
+
+
 # -- the loop ------------------------------------------------------------------------------
 def _dropout_rng(seed: int, step: int):
     ss = backend.np.random.SeedSequence([seed, step])
     return backend.rng(int(ss.generate_state(1, dtype=backend.np.uint64)[0] >> 1))
 
 
-def train_task(cfg: TaskTrainConfig, progress=True, echo=print, overwrite=False) -> dict:
+def train_task(
+    cfg: TaskTrainConfig, progress=True, echo=print, overwrite=False, resume=None
+) -> dict:
     """Train an LM or a classifier; returns the final record (test metrics included).
 
-    A checkpoint is written at every validation and at the end, so an interrupted run
-    keeps its work. A run directory that already holds checkpoints is refused unless
-    ``overwrite`` (its checkpoints are then deleted first).
+    A checkpoint (parameters, Adam moments, position in the data) is written at every
+    validation and at the end, so an interrupted run keeps its work. A run directory
+    that already holds checkpoints is refused unless ``overwrite`` (its checkpoints are
+    then deleted first) or ``resume`` (a checkpoint path, see ``resume_config``): the run
+    then continues from it, and checkpoints and metrics past it are dropped.
     """
     cfg.validate()
     out = cfg.out_dir
     existing = list_checkpoints(out / "checkpoints") if (out / "checkpoints").is_dir() else []
-    if existing and not overwrite:
+    if existing and not overwrite and resume is None:
         raise TaskTrainError(
-            f"{out} already holds checkpoints (up to step {existing[-1][0]}): pass "
-            "--overwrite to start again there, or --name/--run-dir for a new run"
+            f"{out} already holds checkpoints (up to step {existing[-1][0]}): pass --resume "
+            "to continue, --overwrite to start again there, or --name/--run-dir for a new run"
         )
-    for _, p in existing:
-        p.unlink()
     task = (_LMTask if cfg.task == "lm" else _ClassifyTask)(cfg, dict(cfg.model))
     model, mc = task.model, task.model_config
+    sampler = TokenBatchSampler(task.widths("train"), cfg.max_tokens, seed=cfg.seed)
+    opt = Adam(model.parameters(), 0.9, 0.98, 1e-9)
+    state = {"step": 0, "epoch": 0, "batch_index": 0, "tokens": 0, "seconds": 0.0}
+    if resume is not None:
+        state = _restore(Path(resume), model, opt, task.tokenizer)
+    later = [p for s, p in existing if resume is None or s > state["step"]]
+    if later and resume is not None and not overwrite:
+        raise TaskTrainError(
+            f"{out} holds checkpoints past step {state['step']} ({later[-1].name}): resume "
+            "from the newest, or pass --overwrite to drop them"
+        )
+    for p in later:
+        p.unlink()
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     metrics = out / "metrics.jsonl"
-    metrics.unlink(missing_ok=True)
+    kept = []
+    if resume is not None and metrics.is_file():  # the records up to the resumed step
+        kept = [
+            line
+            for line in metrics.read_text().splitlines()
+            if json.loads(line).get("step", 0) <= state["step"]
+            and json.loads(line).get("kind") != "test"
+        ]
+    metrics.write_text("".join(line + "\n" for line in kept))
     (out / "config.json").write_text(
         json.dumps({**asdict(cfg), "model_resolved": mc.to_dict()}, indent=2)
     )
@@ -349,31 +439,42 @@ def train_task(cfg: TaskTrainConfig, progress=True, echo=print, overwrite=False)
 
     def save(step):  # atomic (save_checkpoint writes a temporary file, then renames)
         meta = {**task.meta(), "train_config": asdict(cfg)}
+        train_state = {
+            "step": step,
+            "epoch": epoch,
+            "batch_index": bi,
+            "tokens": total_tokens,
+            "seconds": state["seconds"] + time.perf_counter() - t_start,
+        }
         return save_checkpoint(
-            out / "checkpoints" / checkpoint_name(step), model, step=step, meta=meta
+            out / "checkpoints" / checkpoint_name(step),
+            model,
+            step=step,
+            optimizer=opt,
+            meta=meta,
+            train_state=train_state,
         )
 
-    sampler = TokenBatchSampler(task.widths("train"), cfg.max_tokens, seed=cfg.seed)
-    opt = Adam(model.parameters(), 0.9, 0.98, 1e-9)
     schedule = make_schedule(
         cfg.schedule, d_model=mc.d_model, warmup=cfg.warmup, factor=cfg.lr_factor, lr=cfg.lr
     )
     n_train = len(task.splits["train"])
+    how = f"resuming at step {state['step']}" if resume is not None else "training"
     echo(
-        f"training {cfg.task} ({mc.attention} attention, N={mc.N}, d_model={mc.d_model}, "
+        f"{how} {cfg.task} ({mc.attention} attention, N={mc.N}, d_model={mc.d_model}, "
         f"h={mc.h}): {model.num_parameters():,} parameters, vocabulary {mc.vocab_size}, "
         f"{n_train} training sequences, {len(sampler)} batches/epoch -> {out}"
     )
     limits = threadpool_limits(cfg.threads) if cfg.threads else None
-    epoch, bi, step = 0, 0, 0
+    epoch, bi, step = state["epoch"], state["batch_index"], state["step"]
     t_start = time.perf_counter()
     win = {"loss": 0.0, "n": 0, "tokens": 0, "t": time.perf_counter()}
-    total_tokens = 0
+    total_tokens = state["tokens"]
     bar = None
     if progress:
         from tqdm.auto import tqdm  # noqa: PLC0415
 
-        bar = tqdm(total=cfg.steps, desc=cfg.task, unit="step")
+        bar = tqdm(total=cfg.steps, initial=step, desc=cfg.task, unit="step")
     try:
         while step < cfg.steps:
             batches = sampler.epoch(epoch)
@@ -408,7 +509,7 @@ def train_task(cfg: TaskTrainConfig, progress=True, echo=print, overwrite=False)
                     "lr": lr,
                     "grad_norm": norm,
                     "tokens_per_s": win["tokens"] / max(dt, 1e-9),
-                    "elapsed": time.perf_counter() - t_start,
+                    "elapsed": state["seconds"] + time.perf_counter() - t_start,
                 }
                 log(rec)
                 if bar is not None:
@@ -428,8 +529,8 @@ def train_task(cfg: TaskTrainConfig, progress=True, echo=print, overwrite=False)
             bar.close()
         if limits is not None:
             limits.unregister()
-    train_time = time.perf_counter() - t_start
     ckpt = save(step)
+    train_time = state["seconds"] + time.perf_counter() - t_start
     with threadpool_limits(cfg.threads) if cfg.threads else nullcontext():
         dev = task.evaluate("dev", cfg.max_tokens)
         test = task.evaluate("test", cfg.max_tokens)
@@ -489,10 +590,12 @@ def load_task_checkpoint(path):
 __all__ = [
     "TASKS",
     "TaskTrainConfig",
+    "RESUMABLE_CHANGES",
     "TaskTrainError",
     "load_genre_data",
     "load_lm_data",
     "load_task_checkpoint",
+    "resume_config",
     "train_task",
     "words",
 ]

@@ -205,10 +205,14 @@ def _stored_config(resume: str, overrides) -> dict:
 def run_task_model(args) -> int:
     """``--task lm`` / ``--task classify`` (scratchformer/train_tasks.py): flags and
     ``--set KEY=VALUE`` / ``--set model.KEY=VALUE`` set ``TaskTrainConfig`` fields."""
-    from scratchformer.train_tasks import TaskTrainConfig, train_task  # noqa: PLC0415
+    from scratchformer.train_tasks import (  # noqa: PLC0415
+        TaskTrainConfig,
+        resume_config,
+        train_task,
+    )
 
-    if args.config is not None or args.resume is not None:
-        raise ConfigError(f"--task {args.task} takes flags and --set, not --config/--resume")
+    if args.config is not None:
+        raise ConfigError(f"--task {args.task} takes flags and --set, not --config")
     flags = {
         "name": args.name,
         "run_dir": args.run_dir,
@@ -235,11 +239,12 @@ def run_task_model(args) -> int:
             kw[key] = parse_value(value)
         else:
             raise ConfigError(f"--set {key}: expected model.KEY or one of {sorted(known)}")
-    train_task(
-        TaskTrainConfig(task=args.task, model=model, **kw),
-        progress=not args.no_progress,
-        overwrite=args.overwrite,
-    )
+    path = None
+    if args.resume is not None:
+        cfg, path = resume_config({"task": args.task, **kw}, model, args.resume)
+    else:
+        cfg = TaskTrainConfig(task=args.task, model=model, **kw)
+    train_task(cfg, progress=not args.no_progress, overwrite=args.overwrite, resume=path)
     return 0
 
 

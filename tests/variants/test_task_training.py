@@ -112,3 +112,55 @@ def test_cli_train_task_lm_and_classify(tmp_path, data_dir, capsys):
     assert "bits/char" in out and "majority baseline" in out
     assert main(["train", "--task", "lm", "--set", "nonsense=1"]) == 2
     assert "nonsense" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("task", ["lm", "classify"])
+def test_resume_continues_exactly(tmp_path, data_dir, task):
+    """3 steps, then --resume to 6, gives the same losses and the same parameters as 6
+    steps in one go: the checkpoint holds Adam's moments and the place in the data, and
+    dropout is seeded by (seed, step)."""
+    from scratchformer.checkpoint import read_params  # noqa: PLC0415
+    from scratchformer.train_tasks import resume_config  # noqa: PLC0415
+
+    attention = "relative_skew" if task == "lm" else "relative"
+    whole = run_cfg(tmp_path / "whole", data_dir, task, attention=attention)
+    res_whole = train_task(whole, progress=False)
+    part = run_cfg(tmp_path / "part", data_dir, task, attention=attention)
+    part.steps = 3
+    train_task(part, progress=False)
+    flags = {"task": task, "run_dir": part.run_dir, "steps": 6}
+    cfg, path = resume_config(flags, {}, "latest")
+    assert path.name == "checkpoint_3.npz" and cfg.steps == 6 and cfg.max_tokens == 256
+    res_part = train_task(cfg, progress=False, resume=path)
+
+    def train_losses(run_dir):
+        lines = (tmp_path / run_dir / task / "metrics.jsonl").read_text().splitlines()
+        return [(r["step"], r["loss"]) for r in map(json.loads, lines) if r["kind"] == "train"]
+
+    assert train_losses("whole") == train_losses("part") and len(train_losses("part")) == 2
+    a, _ = read_params(res_whole["checkpoint"])
+    b, _ = read_params(res_part["checkpoint"])
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert res_part["test"] == res_whole["test"]
+
+    with pytest.raises(TaskTrainError, match="other max_tokens"):
+        resume_config({**flags, "max_tokens": 512}, {}, "latest")
+    with pytest.raises(TaskTrainError, match="other model"):
+        resume_config(flags, {"d_model": 32}, "latest")
+    with pytest.raises(TaskTrainError, match="past step 3.*--overwrite"):
+        train_task(cfg, progress=False, resume=path)
+    with pytest.raises(TaskTrainError, match="nothing to resume"):
+        resume_config({"task": task, "run_dir": str(tmp_path / "none")}, {}, "latest")
+
+
+def test_cli_resumes_a_task_run(tmp_path, data_dir, capsys):
+    argv = ["train", "--task", "lm", "--run-dir", str(tmp_path / "lm"), "--data-dir"]
+    argv += [str(data_dir), "--eval-every", "0", "--no-progress"]
+    for s in [f"model.{k}={v}" for k, v in TINY.items()]:
+        argv += ["--set", s]
+    assert main([*argv, "--steps", "2"]) == 0
+    assert main(["train", "--task", "lm", "--run-dir", str(tmp_path / "lm"), "--steps", "4",
+                 "--resume", "--no-progress"]) == 0  # fmt: skip
+    assert "resuming at step 2" in capsys.readouterr().out
+    names = sorted(p.name for p in (tmp_path / "lm" / "checkpoints").iterdir())
+    assert names == ["checkpoint_2.npz", "checkpoint_4.npz"]
