@@ -49,6 +49,7 @@ from scratchformer.data.tokenizers import CharTokenizer, WhitespaceTokenizer, to
 from scratchformer.data.vocab import Vocab
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import PRESETS, EncoderClassifier, LanguageModel, TransformerConfig
+from scratchformer.models.config import wrong_field_types
 from scratchformer.ops.loss import cross_entropy_forward
 from scratchformer.optim import Adam, clip_grad_norm, make_schedule
 
@@ -119,6 +120,8 @@ class TaskTrainConfig:
             if not cond:
                 raise TaskTrainError(f"invalid {self.task} training settings: {msg}")
 
+        wrong = wrong_field_types(self)
+        need(not wrong, "; ".join(wrong))
         need(self.task in TASKS, f"task={self.task!r}: expected one of {TASKS}")
         need(self.steps >= 1, "steps must be >= 1")
         need(self.max_tokens >= 16, "max_tokens must be >= 16")

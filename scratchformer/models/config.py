@@ -9,6 +9,32 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict, "None": type(None)}
+
+
+def _has_type(value, name: str) -> bool:
+    if name in ("int", "float") and isinstance(value, bool):
+        return False  # True is an int to Python, not to a config
+    if name == "float":
+        return isinstance(value, (int, float))
+    return isinstance(value, _TYPES[name])
+
+
+def wrong_field_types(obj) -> list[str]:
+    """``["d_model must be int, got 'abc'", ...]`` for the fields of dataclass ``obj``
+    whose value is not of its annotated type (``int | None`` etc.; an int may stand for a
+    float, a bool for neither): a config value of the wrong type is then a sentence, not
+    a TypeError from a comparison deep inside."""
+    wrong = []
+    for f in dataclasses.fields(obj):
+        names = [t.strip() for t in str(f.type).split("|")]
+        if not all(t in _TYPES for t in names):
+            continue  # an annotation this check does not know: not checked
+        value = getattr(obj, f.name)
+        if not any(_has_type(value, t) for t in names):
+            wrong.append(f"{f.name} must be {f.type}, got {value!r}")
+    return wrong
+
 
 @dataclass
 class TransformerConfig:
@@ -65,6 +91,8 @@ class TransformerConfig:
             if not cond:
                 raise ValueError(f"invalid TransformerConfig: {msg}")
 
+        wrong = wrong_field_types(self)
+        need(not wrong, "; ".join(wrong))
         need(self.vocab_size >= 2, f"vocab_size must be >= 2, got {self.vocab_size}")
         need(
             self.N >= 0 and self.n_dec >= 1,

@@ -7,6 +7,8 @@ the message, so a NumPy broadcasting traceback from deep inside would not pass.
 Dimension key: B batch, S source length, T target length, V vocabulary.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -237,3 +239,21 @@ def test_invalid_module_arguments():
         Dropout(1.0)
     with pytest.raises(ValueError, match="unknown activation 'swish'"):
         PositionwiseFeedForward(8, 16, "swish")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"d_model": "abc"}, "d_model must be int, got 'abc'"),
+        ({"h": 4.5}, "h must be int, got 4.5"),
+        ({"N": True}, "N must be int, got True"),
+        ({"d_k": "8"}, "d_k must be int | None, got '8'"),
+        ({"P_drop": "0.1"}, "P_drop must be float, got '0.1'"),
+    ],
+)
+def test_config_values_of_the_wrong_type_are_named(overrides, message):
+    """A value of the wrong type (a typo in --set, a string from a hand-edited file) is
+    a sentence naming the field, not a TypeError from a comparison inside validate."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TransformerConfig(**{**dict(vocab_size=11, N=1, d_model=16, d_ff=32, h=2), **overrides})
+    TransformerConfig(vocab_size=11, N=1, d_model=16, d_ff=32, h=2, P_drop=0)  # int for float

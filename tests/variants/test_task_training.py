@@ -164,3 +164,8 @@ def test_cli_resumes_a_task_run(tmp_path, data_dir, capsys):
     assert "resuming at step 2" in capsys.readouterr().out
     names = sorted(p.name for p in (tmp_path / "lm" / "checkpoints").iterdir())
     assert names == ["checkpoint_2.npz", "checkpoint_4.npz"]
+
+
+def test_task_settings_of_the_wrong_type_are_named(tmp_path, capsys):
+    assert main(["train", "--task", "lm", "--set", "steps=abc", "--run-dir", str(tmp_path)]) == 2
+    assert "steps must be int, got 'abc'" in capsys.readouterr().err
