@@ -698,7 +698,12 @@ class Trainer:
                 )
                 last = s == t.max_steps
                 if (t.log_every and s % t.log_every == 0) or last:
-                    self.log(window.record(s, self.epoch, rec, self.tokens_seen))
+                    self.log(
+                        {
+                            **window.record(s, self.epoch, rec, self.tokens_seen),
+                            "elapsed": time.perf_counter() - t_start,  # wall time, evals too
+                        }
+                    )
                     window = _Window()
                 if (t.eval_every and s % t.eval_every == 0) or last:
                     m = evaluate(self.model, self.valid_pairs, t.max_tokens)
@@ -710,6 +715,8 @@ class Trainer:
                     )
                 if (t.checkpoint_every and s % t.checkpoint_every == 0) or last:
                     self.save()
+                if window.steps == 0:  # tokens/s measures training: not validation, saving
+                    window.t0 = time.perf_counter()
         finally:
             bar.close()
         if self.last_checkpoint is None:
