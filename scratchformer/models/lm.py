@@ -31,7 +31,7 @@ from scratchformer.nn.transformer import CausalStack, DecodeStateError, KVCache,
 from scratchformer.ops.attention import causal_mask
 from scratchformer.ops.embedding import EmbeddingCache
 from scratchformer.ops.linear import LinearCache
-from scratchformer.ops.loss import LossCache, cross_entropy_backward, cross_entropy_forward
+from scratchformer.ops.loss import LossCache, cross_entropy_backward_, cross_entropy_forward_
 
 
 class LMCache(NamedTuple):
@@ -95,11 +95,14 @@ class LanguageModel(Module):
         check_token_ids(targets, self.config.vocab_size, "targets")
         logits, c_model = self.forward(ids, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
-        loss, c_loss = cross_entropy_forward(logits, targets, eps, self.config.pad_id)
+        # The logits are ours alone: the fused loss turns them into the probabilities.
+        loss, c_loss = cross_entropy_forward_(logits, targets, eps, self.config.pad_id)
         return loss, LMLossCache(c_model, c_loss)
 
     def loss_backward(self, cache: LMLossCache, dloss=1.0):
-        self.backward(cross_entropy_backward(dloss, cache.loss), cache.model)
+        """Back-propagates ``dloss * loss``; writes dlogits over the cached probabilities,
+        so a cache serves one backward (a second call raises ValueError)."""
+        self.backward(cross_entropy_backward_(dloss, cache.loss), cache.model)
 
     # -- inference ----------------------------------------------------------------------
     def init_kv(self, rows: int, capacity: int | None = None) -> KVCache:
