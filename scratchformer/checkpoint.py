@@ -319,13 +319,14 @@ def _what_it_models(header: dict) -> tuple:
     return config, meta.get("task"), meta.get("tokenizer")
 
 
-def _difference(a, b) -> str:
-    """``a`` against ``b`` in a few words: the differing keys of two configs, else values."""
-    if isinstance(a, dict) and isinstance(b, dict) and "vocab" not in a:
+def _difference(what: str, a, b) -> str:
+    """``a`` against ``b`` in a few words: the differing keys of two model configs, the
+    tasks, or just that the tokenizers differ (a BPE model is hundreds of KB)."""
+    if what == "tokenizers":
+        return "another vocabulary or tokenizer model"
+    if what == "model configurations":
         keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
         return ", ".join(f"{k}: {a.get(k)!r} against {b.get(k)!r}" for k in keys[:4])
-    if isinstance(a, dict) or isinstance(b, dict):
-        return "a different vocabulary or tokenizer model"
     return f"{a!r} against {b!r}"
 
 
@@ -353,7 +354,7 @@ def average_checkpoints(paths) -> dict:
             if a != b:
                 raise CheckpointError(
                     f"cannot average {p} with {first}: their {what} differ "
-                    f"({_difference(b, a)}); average checkpoints of one run"
+                    f"({_difference(what, b, a)}); average checkpoints of one run"
                 )
         missing = sorted(set(total) - set(params))
         extra = sorted(set(params) - set(total))

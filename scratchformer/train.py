@@ -387,6 +387,22 @@ def _dropout_seed(seed: int, step: int, micro: int) -> int:
     return int(ss.generate_state(1, dtype=backend.np.uint64)[0] >> 1)
 
 
+def truncate_metrics(path: Path, step: int) -> None:
+    """Keep the records of a metrics log up to ``step`` (a resumed run logs the rest
+    again); test and error records go, and so does a line cut short by a crash."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if rec.get("step", 0) <= step and rec.get("kind") not in ("test", "error"):
+            keep.append(line)
+    path.write_text("".join(line + "\n" for line in keep))
+
+
 class _Window:
     """Running sums over the steps between two "train" records of the metrics log."""
 
@@ -456,6 +472,8 @@ class Trainer:
         # Position: optimizer steps done, and the next batch of the data order.
         self.step, self.epoch, self.batch_index = 0, 0, 0
         self.tokens_seen = 0
+        self.seconds_before = 0.0  # training wall time of earlier sessions (resume)
+        self.t_start = time.perf_counter()  # of this session
         self.last_checkpoint: Path | None = None
 
         if resume:
@@ -481,6 +499,7 @@ class Trainer:
             "batch_index": self.batch_index,
             "tokens_seen": self.tokens_seen,
             "seed": self.cfg.seed,
+            "seconds": self.seconds_before + time.perf_counter() - self.t_start,
         }
 
     def meta(self) -> dict:
@@ -553,6 +572,7 @@ class Trainer:
             )
         self.step, self.epoch, self.batch_index = ts["step"], ts["epoch"], ts["batch_index"]
         self.tokens_seen = ts.get("tokens_seen", 0)
+        self.seconds_before = ts.get("seconds", 0.0)
         self.last_checkpoint = path
         self._drop_later_checkpoints(overwrite)
         self._truncate_metrics(self.step)
@@ -577,18 +597,7 @@ class Trainer:
             (self.ckpt_dir / "averaged.npz").unlink(missing_ok=True)
 
     def _truncate_metrics(self, step: int) -> None:
-        """Drop records logged after ``step`` (they will be logged again)."""
-        if not self.metrics_path.exists():
-            return
-        keep = []
-        for line in self.metrics_path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if rec.get("step", 0) <= step and rec.get("kind") not in ("test", "error"):
-                keep.append(line)
-        self.metrics_path.write_text("".join(line + "\n" for line in keep))
+        truncate_metrics(self.metrics_path, step)
 
     def log(self, record: dict) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -674,7 +683,7 @@ class Trainer:
             self.echo(f"resuming {cfg.name} at step {self.step} from {self.last_checkpoint}")
 
         losses, valid = [], []
-        t_start = time.perf_counter()
+        t_start = self.t_start = time.perf_counter()
         window = _Window()
         bar = tqdm(
             total=t.max_steps,
@@ -701,10 +710,12 @@ class Trainer:
                     self.log(
                         {
                             **window.record(s, self.epoch, rec, self.tokens_seen),
-                            "elapsed": time.perf_counter() - t_start,  # wall time, evals too
+                            # wall time since the run began (earlier sessions too)
+                            "elapsed": self.seconds_before + time.perf_counter() - t_start,
                         }
                     )
                     window = _Window()
+                t_aside = time.perf_counter()
                 if (t.eval_every and s % t.eval_every == 0) or last:
                     m = evaluate(self.model, self.valid_pairs, t.max_tokens)
                     valid.append({"kind": "valid", "step": s, **m})
@@ -715,8 +726,7 @@ class Trainer:
                     )
                 if (t.checkpoint_every and s % t.checkpoint_every == 0) or last:
                     self.save()
-                if window.steps == 0:  # tokens/s measures training: not validation, saving
-                    window.t0 = time.perf_counter()
+                window.t0 += time.perf_counter() - t_aside  # tokens/s: not validation, saving
         finally:
             bar.close()
         if self.last_checkpoint is None:

@@ -52,6 +52,7 @@ from scratchformer.models import PRESETS, EncoderClassifier, LanguageModel, Tran
 from scratchformer.models.config import wrong_field_types
 from scratchformer.ops.loss import cross_entropy_forward
 from scratchformer.optim import Adam, clip_grad_norm, make_schedule
+from scratchformer.train import truncate_metrics
 
 TASKS = ("lm", "classify")
 
@@ -321,8 +322,31 @@ def _model_config(cfg: TaskTrainConfig, model_cfg: dict, vocab_size: int) -> Tra
 
 
 # -- resuming ------------------------------------------------------------------------------
-#: Settings a resumed run may change: when to stop, log and validate, and the threads.
-RESUMABLE_CHANGES = ("steps", "time_limit", "log_every", "eval_every", "eval_limit", "threads")
+#: Settings a resumed run may change: when to stop, log and validate, the threads, and
+#: where the run and its data are (a moved directory; the vocabulary is checked anyway).
+RESUMABLE_CHANGES = (
+    "steps",
+    "time_limit",
+    "log_every",
+    "eval_every",
+    "eval_limit",
+    "threads",
+    "name",
+    "run_dir",
+    "data_dir",
+)
+
+
+def _check_unchanged(cfg: TaskTrainConfig, stored: dict, path) -> None:
+    """Refuse to resume ``path`` with settings that change the data order or the model."""
+    changed = sorted(
+        k for k in _FIELDS if k not in RESUMABLE_CHANGES and getattr(cfg, k) != stored.get(k)
+    )
+    if changed:
+        raise TaskTrainError(
+            f"cannot resume from {path} with other {', '.join(changed)} "
+            f"(only {', '.join(RESUMABLE_CHANGES)} may change)"
+        )
 
 
 def resume_config(flags: dict, model: dict, resume: str) -> tuple[TaskTrainConfig, Path]:
@@ -347,22 +371,21 @@ def resume_config(flags: dict, model: dict, resume: str) -> tuple[TaskTrainConfi
     if not isinstance(stored, dict) or stored.get("task") != probe.task:
         raise TaskTrainError(f"{path} is not a checkpoint of a --task {probe.task} run")
     merged = {**stored, **flags, "model": {**stored.get("model", {}), **model}}
+    if resume == "latest" or "name" in flags or "run_dir" in flags:
+        merged["name"], merged["run_dir"] = probe.name, probe.run_dir  # where it was found
     cfg = TaskTrainConfig(**{k: v for k, v in merged.items() if k in _FIELDS})
-    changed = sorted(
-        k for k in _FIELDS if k not in RESUMABLE_CHANGES and getattr(cfg, k) != stored.get(k)
-    )
-    if changed:
-        raise TaskTrainError(
-            f"cannot resume from {path} with other {', '.join(changed)} "
-            f"(only {', '.join(RESUMABLE_CHANGES)} may change)"
-        )
+    _check_unchanged(cfg, stored, path)
     return cfg, path
 
 
-def _restore(path: Path, model, opt, tokenizer) -> dict:
+def _restore(path: Path, cfg: TaskTrainConfig, model, opt, tokenizer) -> dict:
     """Load parameters and Adam moments from ``path``; returns its training state."""
     params, opt_state, header = read_state(path)
     meta, state = header.get("meta") or {}, header.get("train_state")
+    stored = meta.get("train_config")
+    if not isinstance(stored, dict) or stored.get("task") != cfg.task:
+        raise TaskTrainError(f"{path} is not a checkpoint of a --task {cfg.task} run")
+    _check_unchanged(cfg, stored, path)
     if opt_state is None or not isinstance(state, dict):
         raise TaskTrainError(
             f"cannot resume from {path}: it holds no optimizer/training state (written by an "
@@ -412,7 +435,7 @@ def train_task(
     opt = Adam(model.parameters(), 0.9, 0.98, 1e-9)
     state = {"step": 0, "epoch": 0, "batch_index": 0, "tokens": 0, "seconds": 0.0}
     if resume is not None:
-        state = _restore(Path(resume), model, opt, task.tokenizer)
+        state = _restore(Path(resume), cfg, model, opt, task.tokenizer)
     later = [p for s, p in existing if resume is None or s > state["step"]]
     if later and resume is not None and not overwrite:
         raise TaskTrainError(
@@ -423,15 +446,10 @@ def train_task(
         p.unlink()
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     metrics = out / "metrics.jsonl"
-    kept = []
-    if resume is not None and metrics.is_file():  # the records up to the resumed step
-        kept = [
-            line
-            for line in metrics.read_text().splitlines()
-            if json.loads(line).get("step", 0) <= state["step"]
-            and json.loads(line).get("kind") != "test"
-        ]
-    metrics.write_text("".join(line + "\n" for line in kept))
+    if resume is not None:
+        truncate_metrics(metrics, state["step"])  # the records up to the resumed step
+    else:
+        metrics.write_text("")
     (out / "config.json").write_text(
         json.dumps({**asdict(cfg), "model_resolved": mc.to_dict()}, indent=2)
     )

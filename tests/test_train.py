@@ -134,7 +134,11 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     for moment in ("m", "v"):
         for k, v in a.optimizer_state[moment].items():
             np.testing.assert_array_equal(v, b.optimizer_state[moment][k])
-    assert a.train_state == b.train_state
+    wall = ("seconds",)  # wall time differs; the position in the data does not
+    assert {k: v for k, v in a.train_state.items() if k not in wall} == {
+        k: v for k, v in b.train_state.items() if k not in wall
+    }
+    assert b.train_state["seconds"] > 0
     # the training records of the resumed run's log read like the uninterrupted one's
     assert _train_records(tmp_path / "b") == _train_records(tmp_path / "a")
 

@@ -47,7 +47,8 @@ def add_parser(sub) -> None:
 def teacher_forced(model, tok, pairs, max_tokens: int = 4096) -> dict:
     """Perplexity of the references under ``model`` (plain cross-entropy per target
     token, ``<eos>`` included, dropout off): ``exp(-(1/n) sum log p(y_t | y_<t, x))``.
-    Pairs with a side longer than the model's positions are left out (counted)."""
+    Pairs with a side longer than the model's positions are left out: ``ppl_sentences``
+    says how many were scored."""
     from scratchformer.train import evaluate  # noqa: PLC0415
 
     limit = model.config.max_len - 1  # room for <bos>/<eos>
@@ -90,7 +91,7 @@ def run(args) -> int:
         batch_size=args.batch_size,
     )
     dt = time.perf_counter() - t0
-    out_tokens = sum(len(tok.encode(h)) + 1 for h in hyps)  # + <eos>
+    out_tokens = sum(len(tok.encode(h)) + 1 for h in hyps)  # re-encoded, + <eos>: ~ generated
     scores_tf = teacher_forced(ckpt.model, tok, pairs)
     if args.output:
         Path(args.output).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
@@ -117,8 +118,9 @@ def run(args) -> int:
         if scores_tf:
             print(
                 f"perplexity = {scores_tf['ppl']:.3f} (teacher-forced, "
-                f"{scores_tf['ppl_sentences']} sentences, {scores_tf['ppl_tokens']} target tokens)"
+                f"{scores_tf['ppl_sentences']} of {len(pairs)} sentences, "
+                f"{scores_tf['ppl_tokens']} target tokens)"
             )
-        print(f"decoding: {out_tokens / dt:.0f} output tokens/s")
+        print(f"decoding: {out_tokens / dt:.0f} output tokens/s ({len(pairs)} sentences)")
     print(f"evaluated in {dt:.1f} s", file=sys.stderr)
     return 0

@@ -236,7 +236,8 @@ def run_task_model(args) -> int:
         if key.startswith("model."):
             model[key[len("model.") :]] = parse_value(value)
         elif key in known and key not in ("task", "model"):
-            kw[key] = parse_value(value)
+            is_text = TaskTrainConfig.__dataclass_fields__[key].type == "str"
+            kw[key] = value if is_text else parse_value(value)  # --set name=2024 is a name
         else:
             raise ConfigError(f"--set {key}: expected model.KEY or one of {sorted(known)}")
     path = None

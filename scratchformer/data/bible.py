@@ -323,8 +323,10 @@ def split_files(out_dir, names: dict):
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tmp = {s: out / f"{name}.tmp" for s, name in names.items()}
-    files = {s: open(t, "w", encoding="utf-8") for s, t in tmp.items()}
+    files = {}
     try:
+        for s, t in tmp.items():
+            files[s] = open(t, "w", encoding="utf-8")
         yield files
     except BaseException:
         for f in files.values():

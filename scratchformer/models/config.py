@@ -7,6 +7,7 @@ Table 3 rows; ``base-A1`` ... ``base-E`` are the Table 3 ablations of the base m
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass, field
 
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict, "None": type(None)}
@@ -15,8 +16,10 @@ _TYPES = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict, "N
 def _has_type(value, name: str) -> bool:
     if name in ("int", "float") and isinstance(value, bool):
         return False  # True is an int to Python, not to a config
+    if name == "int":
+        return isinstance(value, numbers.Integral)  # NumPy integers too
     if name == "float":
-        return isinstance(value, (int, float))
+        return isinstance(value, numbers.Real)
     return isinstance(value, _TYPES[name])
 
 

@@ -152,7 +152,7 @@ def cross_entropy_backward(dout, cache: LossCache):
 def _check_unspent(cache: LossCache):
     if cache.spent is not None and cache.spent[0]:
         raise ValueError(
-            "this loss cache was spent by an in-place backward (Transformer.loss_backward "
+            "this loss cache was spent by an in-place backward (the models' loss_backward "
             "writes dlogits over the probabilities): run the forward again"
         )
 

@@ -257,3 +257,4 @@ def test_config_values_of_the_wrong_type_are_named(overrides, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         TransformerConfig(**{**dict(vocab_size=11, N=1, d_model=16, d_ff=32, h=2), **overrides})
     TransformerConfig(vocab_size=11, N=1, d_model=16, d_ff=32, h=2, P_drop=0)  # int for float
+    TransformerConfig(vocab_size=np.int64(11), N=1, d_model=16, d_ff=32, h=2)  # NumPy ints

@@ -151,6 +151,30 @@ def test_resume_continues_exactly(tmp_path, data_dir, task):
         train_task(cfg, progress=False, resume=path)
     with pytest.raises(TaskTrainError, match="nothing to resume"):
         resume_config({"task": task, "run_dir": str(tmp_path / "none")}, {}, "latest")
+    with pytest.raises(TaskTrainError, match="other seed"):  # also when called directly
+        train_task(TaskTrainConfig(**{**cfg.__dict__, "seed": 7}), progress=False, resume=path)
+
+
+def test_resume_survives_a_cut_log_line_and_a_moved_directory(tmp_path, data_dir):
+    """A crash can leave half a line in metrics.jsonl, and a run directory may be moved
+    or named with a trailing slash: neither stops --resume."""
+    from scratchformer.train_tasks import resume_config  # noqa: PLC0415
+
+    cfg = run_cfg(tmp_path / "a", data_dir, "lm", attention="relative_skew")
+    cfg.steps = 3
+    train_task(cfg, progress=False)
+    run = tmp_path / "a" / "lm"
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "train", "step": 4, "lo')
+    moved = tmp_path / "moved"
+    run.rename(moved)
+    new_cfg, path = resume_config(
+        {"task": "lm", "run_dir": str(moved) + "/", "steps": 6}, {}, "latest"
+    )
+    res = train_task(new_cfg, progress=False, resume=path)
+    assert res["step"] == 6 and (moved / "checkpoints" / "checkpoint_6.npz").exists()
+    recs = [json.loads(line) for line in (moved / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs if r["kind"] == "train"] == [3, 6]
 
 
 def test_cli_resumes_a_task_run(tmp_path, data_dir, capsys):

@@ -269,3 +269,15 @@ def test_lm_rejects_target_ids_out_of_range():
         targets = B.asarray(np.array([[4, 5, 6, bad]]))
         with pytest.raises(TokenError, match="targets"):
             m.loss_forward(ids, targets)
+
+
+def test_language_model_loss_cache_serves_one_backward():
+    """The LM's loss writes dlogits over its probabilities (no (B, T, V) copy): a second
+    backward through the same cache would use garbage, so it is refused."""
+    m = LanguageModel(TransformerConfig(vocab_size=11, N=1, d_model=16, d_ff=32, h=2))
+    ids = B.asarray(np.array([[1, 4, 5, 6], [1, 7, 8, 0]]))
+    targets = B.asarray(np.array([[4, 5, 6, 2], [7, 8, 2, 0]]))
+    loss, cache = m.loss_forward(ids, targets)
+    m.loss_backward(cache)
+    with pytest.raises(ValueError, match="spent.*run the forward again"):
+        m.loss_backward(cache)
