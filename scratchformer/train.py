@@ -310,12 +310,19 @@ def _decode_module():
 
 
 def decode_outputs(
-    model: Transformer, pairs, method: str = "auto", beam_size=4, alpha=0.6, batch_size: int = 64
+    model: Transformer,
+    pairs,
+    method: str = "auto",
+    beam_size=4,
+    alpha=0.6,
+    batch_size: int = 64,
+    min_len: int = 0,
 ):
     """Decode the sources of ``pairs``; returns ``(method used, [output ids])``.
 
     ``method``: "beam" (``scratchformer.decode.beam_search``), "greedy"
-    (``greedy_decode``) or "auto" (beam if available, else greedy). Returns
+    (``greedy_decode``) or "auto" (beam if available, else greedy); ``min_len``: fewest
+    output tokens (translation uses 1: see ``scratchformer.decode.translate``). Returns
     ``(None, None)`` when no decoder is installed.
     """
     dec = _decode_module()
@@ -329,10 +336,10 @@ def decode_outputs(
         chunk = pairs[start : start + batch_size]
         src = backend.asarray(collate(chunk).src)
         if method == "beam":
-            hyps = fn(model, src, beam_size=beam_size, alpha=alpha)
+            hyps = fn(model, src, beam_size=beam_size, alpha=alpha, min_len=min_len)
             outputs += [list(h[0].tokens) for h in hyps]
         else:
-            outputs += [list(y) for y in fn(model, src)]
+            outputs += [list(y) for y in fn(model, src, min_len=min_len)]
     return method, outputs
 
 
@@ -752,7 +759,10 @@ class Trainer:
         t = self.cfg.train
         m = evaluate(model, self.test_pairs, t.max_tokens)
         t0 = time.perf_counter()
-        method, outputs = decode_outputs(model, self.test_pairs, t.decode, t.beam_size, t.alpha)
+        min_len = 1 if self.cfg.task.name == "translate" else 0  # never an empty sentence
+        method, outputs = decode_outputs(
+            model, self.test_pairs, t.decode, t.beam_size, t.alpha, min_len=min_len
+        )
         if outputs is not None:
             right = [list(o) == list(y) for o, (_, y) in zip(outputs, self.test_pairs)]
             m["seq_acc_decoded"] = sum(right) / len(right)

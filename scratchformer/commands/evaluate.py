@@ -37,6 +37,7 @@ def add_parser(sub) -> None:
     p.add_argument("--greedy", action="store_true", help="greedy decoding instead of beam")
     p.add_argument("--max-len-a", type=float, default=1.0, help="max length = a * src + b")
     p.add_argument("--max-len-b", type=float, default=50)
+    p.add_argument("--min-len", type=int, default=1, help="minimum output tokens (1: never empty)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     p.add_argument("--limit", type=int, default=0, help="only the first N pairs (0 = all)")
     p.add_argument("--output", default=None, help="write the hypotheses to this file")
@@ -88,6 +89,7 @@ def run(args) -> int:
         greedy=args.greedy,
         max_len_a=args.max_len_a,
         max_len_b=args.max_len_b,
+        min_len=args.min_len,
         batch_size=args.batch_size,
     )
     dt = time.perf_counter() - t0

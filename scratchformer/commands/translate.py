@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
     p.add_argument("--nbest", type=int, default=1, help="hypotheses per sentence (<= beam)")
     p.add_argument("--max-len-a", type=float, default=1.0, help="max length = a * src + b")
     p.add_argument("--max-len-b", type=float, default=50)
-    p.add_argument("--min-len", type=int, default=0, help="minimum output tokens")
+    p.add_argument("--min-len", type=int, default=1, help="minimum output tokens (1: never empty)")
     p.add_argument("--no-repeat-ngram", type=int, default=0, help="block repeated n-grams")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     p.add_argument("--greedy", action="store_true", help="greedy decoding (ignores --beam)")

@@ -13,7 +13,12 @@ Documented behaviour for awkward input:
 - words outside the vocabulary are the tokenizer's business: ours map them to <unk>,
   which the model sees like any other token;
 - a sentence with more tokens than the model has positions (``config.max_len``) is an
-  error naming the sentence, raised before anything is decoded.
+  error naming the sentence, raised before anything is decoded;
+- a non-empty sentence never translates to nothing: ``min_len=1`` (fairseq's default)
+  keeps ``<eos>`` out of the first step. Beam search is exact enough to find the empty
+  output when a weak model gives ``<eos>`` a few percent at step one: its score
+  ``log p(<eos>) / lp(1)`` then beats every real sentence divided by its length penalty
+  (an undertrained model on the Bible gave the empty output 4% and won with it).
 
 Sentences are sorted by length into batches of ``batch_size`` (less padding) and the
 results put back in input order; thanks to the batch-invariance of the searches this
@@ -79,7 +84,7 @@ def translate_nbest(
     nbest=1,
     max_len_a=1.0,
     max_len_b=50,
-    min_len=0,
+    min_len=1,
     no_repeat_ngram_size=0,
     batch_size=32,
 ) -> list[list[Translation]]:
@@ -114,7 +119,7 @@ def translate(
     alpha=0.6,
     max_len_a=1.0,
     max_len_b=50,
-    min_len=0,
+    min_len=1,
     no_repeat_ngram_size=0,
     batch_size=32,
     greedy=False,

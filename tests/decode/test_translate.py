@@ -29,12 +29,32 @@ def test_translate_matches_beam_search_and_keeps_input_order(model_and_tokenizer
     assert out[1] == ""  # an empty line stays empty, without running the model
     for s, text in zip(SENTENCES, out):
         if s:
-            (hyps,) = beam_search(m, np.array([tok.encode(s)]), beam_size=3, max_len_b=5)
+            src = np.array([tok.encode(s)])
+            (hyps,) = beam_search(m, src, beam_size=3, max_len_b=5, min_len=1)
             assert text == tok.decode(hyps[0].tokens)
     # batching (and the length sort inside) changes nothing
     assert translate(m, tok, SENTENCES, beam_size=3, max_len_b=5, batch_size=1) == out
     greedy = translate(m, tok, SENTENCES, greedy=True, max_len_b=5)
     assert greedy[1] == "" and len(greedy) == len(SENTENCES)
+
+
+def test_a_sentence_never_translates_to_nothing(model_and_tokenizer):
+    """A weak model can give <eos> enough mass at step one that search returns the
+    empty output (its score log p / lp(1) beats every sentence divided by its length
+    penalty). translate keeps <eos> out of the first step (min_len=1, as fairseq)."""
+    m, tok = model_and_tokenizer
+    P = m.parameters()  # pre-LN: the decoder's last LayerNorm makes every output state
+    P["decoder.norm.gamma"][...] = 0.0  # h = beta (gamma = 0), and the logits are h @ W
+    P["decoder.norm.beta"][...] = 0.0
+    P["decoder.norm.beta"][0] = 1.0
+    W = P["out_proj.W"]  # (D, V)
+    W[0] = 0.0
+    W[0, m.config.eos_id], W[0, 5] = 6.0, 5.0  # logits: <eos> first, then id 5, then the rest
+    src = np.array([tok.encode("the cat sat")])
+    (free,) = beam_search(m, src, beam_size=3, max_len_b=5, min_len=0)
+    assert free[0].tokens == []  # what plain search gives
+    assert translate(m, tok, ["the cat sat"], beam_size=3, max_len_b=5) == [tok.decode([5])]
+    assert translate(m, tok, ["the cat sat"], greedy=True, max_len_b=5) == [tok.decode([5])]
 
 
 def test_unknown_words_become_unk_and_long_input_is_refused(model_and_tokenizer):
