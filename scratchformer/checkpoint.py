@@ -123,6 +123,7 @@ def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_sta
 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600: give the usual permissions
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
             f.flush()
@@ -134,6 +135,12 @@ def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_sta
         raise
     _fsync_dir(path.parent)
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only portable way to read it is to set it
+    os.umask(mask)
+    return mask
 
 
 # -- reading -------------------------------------------------------------------------------

@@ -301,3 +301,17 @@ def test_text_tools_need_a_matching_tokenizer(tmp_path):
     bad = save_checkpoint(tmp_path / "bad.npz", tiny_model(), meta={"tokenizer": other})
     with pytest.raises(CheckpointError, match="vocabulary/checkpoint mismatch.*15 ids.*13"):
         load_with_tokenizer(bad)
+
+
+def test_checkpoints_get_the_usual_file_permissions(tmp_path):
+    """The temporary file (mkstemp: 0600) is opened up to 0666 minus the umask, like any
+    file the user writes, so a shared run directory stays readable."""
+    import os  # noqa: PLC0415
+    import stat  # noqa: PLC0415
+
+    old = os.umask(0o022)
+    try:
+        path = save_checkpoint(tmp_path / "c.npz", tiny_model())
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
