@@ -29,7 +29,7 @@ import contextlib
 import json
 import os
 import re
-import tempfile
+import secrets
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,9 +121,8 @@ def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_sta
         raise CheckpointError(f"checkpoint metadata must be JSON-serialisable: {e}") from None
     arrays[META_KEY] = np.frombuffer(blob, dtype=np.uint8)
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temporary(path)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600: give the usual permissions
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
             f.flush()
@@ -137,10 +136,18 @@ def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_sta
     return path
 
 
-def _umask() -> int:
-    mask = os.umask(0)  # the only portable way to read it is to set it
-    os.umask(mask)
-    return mask
+def _create_temporary(path: Path) -> tuple[int, str]:
+    """A new file beside ``path`` for the atomic write: ``(fd, name)``. Created with mode
+    0666 so the kernel applies the umask, as for any file the user writes (mkstemp would
+    give 0600); O_EXCL with a random name makes it ours alone."""
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise CheckpointError(f"cannot create a temporary file beside {path}")
 
 
 # -- reading -------------------------------------------------------------------------------

@@ -309,9 +309,10 @@ def test_checkpoints_get_the_usual_file_permissions(tmp_path):
     import os  # noqa: PLC0415
     import stat  # noqa: PLC0415
 
-    old = os.umask(0o022)
+    old = os.umask(0o027)
     try:
         path = save_checkpoint(tmp_path / "c.npz", tiny_model())
     finally:
         os.umask(old)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]  # no temporary file left

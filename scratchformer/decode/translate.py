@@ -15,10 +15,11 @@ Documented behaviour for awkward input:
 - a sentence with more tokens than the model has positions (``config.max_len``) is an
   error naming the sentence, raised before anything is decoded;
 - a non-empty sentence never translates to nothing: ``min_len=1`` (fairseq's default)
-  keeps ``<eos>`` out of the first step. Beam search is exact enough to find the empty
+  keeps ``<eos>`` out of the first step (unless ``max_len_a``/``max_len_b`` allow no
+  token at all: the maximum length wins). Beam search is exact enough to find the empty
   output when a weak model gives ``<eos>`` a few percent at step one: its score
   ``log p(<eos>) / lp(1)`` then beats every real sentence divided by its length penalty
-  (an undertrained model on the Bible gave the empty output 4% and won with it).
+  (an undertrained Bible model gave ``<eos>`` 4% at step one, and the empty output won).
 
 Sentences are sorted by length into batches of ``batch_size`` (less padding) and the
 results put back in input order; thanks to the batch-invariance of the searches this

@@ -55,6 +55,27 @@ def test_a_sentence_never_translates_to_nothing(model_and_tokenizer):
     assert free[0].tokens == []  # what plain search gives
     assert translate(m, tok, ["the cat sat"], beam_size=3, max_len_b=5) == [tok.decode([5])]
     assert translate(m, tok, ["the cat sat"], greedy=True, max_len_b=5) == [tok.decode([5])]
+    # the trainer's test decoding of a translation task passes min_len=1 the same way
+    from scratchformer.train import decode_outputs  # noqa: PLC0415
+
+    pairs = [(tok.encode("the cat sat"), [5])]
+    for method in ("beam", "greedy"):
+        assert decode_outputs(m, pairs, method, beam_size=3, min_len=1)[1] == [[5]]
+        assert decode_outputs(m, pairs, method, beam_size=3)[1] == [[]]  # the raw default
+
+
+def test_text_commands_default_to_a_non_empty_output():
+    """``scratchformer translate`` and ``evaluate`` default to --min-len 1."""
+    import argparse  # noqa: PLC0415
+
+    from scratchformer.commands import evaluate as ev  # noqa: PLC0415
+    from scratchformer.commands import translate as tr  # noqa: PLC0415
+
+    for mod, name in ((tr, "translate"), (ev, "evaluate")):
+        argv = [name, "--checkpoint", "c"]
+        parser = argparse.ArgumentParser()
+        mod.add_parser(parser.add_subparsers())
+        assert parser.parse_args(argv).min_len == 1
 
 
 def test_unknown_words_become_unk_and_long_input_is_refused(model_and_tokenizer):

@@ -144,8 +144,18 @@ def test_translation_task_loads_tsv_with_a_cached_joint_bpe(data_dir):
         make_task(cfg)
 
 
-def test_training_a_few_steps_and_resuming_checks_the_vocabulary(tmp_path, data_dir):
+def test_training_a_few_steps_and_resuming_checks_the_vocabulary(tmp_path, data_dir, monkeypatch):
+    import scratchformer.train as train_module  # noqa: PLC0415
     from scratchformer.train import ConfigError, TrainConfig, train  # noqa: PLC0415
+
+    seen = []  # the final test decoding of a translation task never allows an empty output
+    real = train_module.decode_outputs
+
+    def spy(*args, **kw):
+        seen.append(kw.get("min_len"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(train_module, "decode_outputs", spy)
 
     d = {
         "name": "t",
@@ -162,7 +172,7 @@ def test_training_a_few_steps_and_resuming_checks_the_vocabulary(tmp_path, data_
         },
     }
     res = train(TrainConfig.from_dict(d), progress=False, echo=lambda *a: None)
-    assert res.step == 2 and res.test is not None
+    assert res.step == 2 and res.test is not None and seen == [1]
     (data_dir / "spm-bpe-350.json").unlink()  # a different vocabulary...
     d["task"]["vocab_size"] = 360
     d["train"]["max_steps"] = 3
