@@ -72,6 +72,7 @@ from scratchformer.data import (
 )
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import PRESETS, Transformer, TransformerConfig
+from scratchformer.models.config import wrong_field_types
 from scratchformer.ops.loss import cross_entropy_forward
 from scratchformer.optim import Adam, clip_grad_norm, make_schedule
 
@@ -97,23 +98,11 @@ def _from_dict(cls, d: dict, section: str):
 
 
 def _check_types(cls, d: dict, section: str) -> None:
-    """A value must have the type of its field's default (an int may stand for a float):
-    ``--set train.max_steps=abc`` is a sentence, not a TypeError deep in the loop."""
-    for f in fields(cls):
-        if f.name not in d or not isinstance(f.default, (bool, int, float, str)):
-            continue
-        value, want = d[f.name], type(f.default)
-        ok = (
-            isinstance(value, bool)
-            if want is bool
-            else isinstance(value, (int, float)) and not isinstance(value, bool)
-            if want is float
-            else isinstance(value, want) and not isinstance(value, bool)
-        )
-        if not ok:
-            raise ConfigError(
-                f"[{section}] {f.name} must be of type {want.__name__}, got {value!r}"
-            )
+    """``--set train.max_steps=abc`` is a sentence naming the key, not a TypeError deep in
+    the loop (the annotations of ``cls`` say what each key holds)."""
+    wrong = wrong_field_types(cls, d)
+    if wrong:
+        raise ConfigError(f"[{section}] " + f"; [{section}] ".join(wrong))
 
 
 @dataclass

@@ -121,7 +121,7 @@ class TaskTrainConfig:
             if not cond:
                 raise TaskTrainError(f"invalid {self.task} training settings: {msg}")
 
-        wrong = wrong_field_types(self)
+        wrong = wrong_field_types(type(self), vars(self))
         need(not wrong, "; ".join(wrong))
         need(self.task in TASKS, f"task={self.task!r}: expected one of {TASKS}")
         need(self.steps >= 1, "steps must be >= 1")

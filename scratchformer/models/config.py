@@ -23,19 +23,20 @@ def _has_type(value, name: str) -> bool:
     return isinstance(value, _TYPES[name])
 
 
-def wrong_field_types(obj) -> list[str]:
-    """``["d_model must be int, got 'abc'", ...]`` for the fields of dataclass ``obj``
-    whose value is not of its annotated type (``int | None`` etc.; an int may stand for a
-    float, a bool for neither): a config value of the wrong type is then a sentence, not
-    a TypeError from a comparison deep inside."""
+def wrong_field_types(cls, values: dict) -> list[str]:
+    """``["d_model must be of type int, got 'abc'", ...]`` for the entries of ``values``
+    that are not of the annotated type of dataclass ``cls``'s field of that name (``int |
+    None`` etc.; an int may stand for a float, a bool for neither): a config value of the
+    wrong type is then a sentence, not a TypeError from a comparison deep inside. Every
+    config class (model, training, lm/classify) is checked by this one function."""
     wrong = []
-    for f in dataclasses.fields(obj):
+    for f in dataclasses.fields(cls):
         names = [t.strip() for t in str(f.type).split("|")]
-        if not all(t in _TYPES for t in names):
-            continue  # an annotation this check does not know: not checked
-        value = getattr(obj, f.name)
+        if f.name not in values or not all(t in _TYPES for t in names):
+            continue  # absent, or an annotation this check does not know: not checked
+        value = values[f.name]
         if not any(_has_type(value, t) for t in names):
-            wrong.append(f"{f.name} must be {f.type}, got {value!r}")
+            wrong.append(f"{f.name} must be of type {f.type}, got {value!r}")
     return wrong
 
 
@@ -94,7 +95,7 @@ class TransformerConfig:
             if not cond:
                 raise ValueError(f"invalid TransformerConfig: {msg}")
 
-        wrong = wrong_field_types(self)
+        wrong = wrong_field_types(type(self), vars(self))
         need(not wrong, "; ".join(wrong))
         need(self.vocab_size >= 2, f"vocab_size must be >= 2, got {self.vocab_size}")
         need(

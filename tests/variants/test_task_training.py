@@ -192,4 +192,4 @@ def test_cli_resumes_a_task_run(tmp_path, data_dir, capsys):
 
 def test_task_settings_of_the_wrong_type_are_named(tmp_path, capsys):
     assert main(["train", "--task", "lm", "--set", "steps=abc", "--run-dir", str(tmp_path)]) == 2
-    assert "steps must be int, got 'abc'" in capsys.readouterr().err
+    assert "steps must be of type int, got 'abc'" in capsys.readouterr().err
