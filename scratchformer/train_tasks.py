@@ -337,8 +337,11 @@ RESUMABLE_CHANGES = (
 )
 
 
-def _check_unchanged(cfg: TaskTrainConfig, stored: dict, path) -> None:
-    """Refuse to resume ``path`` with settings that change the data order or the model."""
+def _check_resumable(cfg: TaskTrainConfig, stored, path) -> None:
+    """Refuse to resume ``path`` (its stored training config ``stored``) with another task,
+    or with settings that change the data order or the model."""
+    if not isinstance(stored, dict) or stored.get("task") != cfg.task:
+        raise TaskTrainError(f"{path} is not a checkpoint of a --task {cfg.task} run")
     changed = sorted(
         k for k in _FIELDS if k not in RESUMABLE_CHANGES and getattr(cfg, k) != stored.get(k)
     )
@@ -368,13 +371,13 @@ def resume_config(flags: dict, model: dict, resume: str) -> tuple[TaskTrainConfi
         path = Path(resume)
     _, header = read_params(path)
     stored = (header.get("meta") or {}).get("train_config")
-    if not isinstance(stored, dict) or stored.get("task") != probe.task:
+    if not isinstance(stored, dict):
         raise TaskTrainError(f"{path} is not a checkpoint of a --task {probe.task} run")
     merged = {**stored, **flags, "model": {**stored.get("model", {}), **model}}
     if resume == "latest" or "name" in flags or "run_dir" in flags:
         merged["name"], merged["run_dir"] = probe.name, probe.run_dir  # where it was found
     cfg = TaskTrainConfig(**{k: v for k, v in merged.items() if k in _FIELDS})
-    _check_unchanged(cfg, stored, path)
+    _check_resumable(cfg, stored, path)
     return cfg, path
 
 
@@ -382,10 +385,7 @@ def _restore(path: Path, cfg: TaskTrainConfig, model, opt, tokenizer) -> dict:
     """Load parameters and Adam moments from ``path``; returns its training state."""
     params, opt_state, header = read_state(path)
     meta, state = header.get("meta") or {}, header.get("train_state")
-    stored = meta.get("train_config")
-    if not isinstance(stored, dict) or stored.get("task") != cfg.task:
-        raise TaskTrainError(f"{path} is not a checkpoint of a --task {cfg.task} run")
-    _check_unchanged(cfg, stored, path)
+    _check_resumable(cfg, meta.get("train_config"), path)
     if opt_state is None or not isinstance(state, dict):
         raise TaskTrainError(
             f"cannot resume from {path}: it holds no optimizer/training state (written by an "
