@@ -112,7 +112,7 @@ class TorchTransformer(nn.Module):
 
 def build(cfg) -> tuple[TorchTransformer, torch.optim.Adam]:
     """A torch model and Adam for a ``TransformerConfig`` (post-LN, shared embeddings)."""
-    dims = (cfg.vocab_size, cfg.N, cfg.n_dec, cfg.d_model, cfg.d_ff, cfg.h, cfg.P_drop)
+    dims = (cfg.vocab_size, cfg.N, cfg.N_dec, cfg.d_model, cfg.d_ff, cfg.h, cfg.P_drop)
     model = TorchTransformer(*dims, cfg.max_len, cfg.pad_id)
     model.train()
     return model, torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)

@@ -8,7 +8,8 @@ never seen in training, greedy decoding, and the attention that makes copying po
 Copying "cabd" means output position t must find input position t, and the encoder-
 decoder attention learns exactly that: a diagonal.
 
-Training uses ``scratchformer.train`` with a deliberately tiny configuration (N=1,
+Training uses ``scratchformer.train`` (the one training loop, laid over the shipped
+defaults in scratchformer/configs/) with a deliberately tiny configuration (N=1,
 d_model=32, h=2, no dropout, no label smoothing, a constant learning rate after 20
 warmup steps) so that it finishes in a few seconds on a CPU; the default
 ``scratchformer train`` learns the harder reverse task with the paper's recipe.
@@ -35,6 +36,7 @@ config = {
         "train_size": 2000,
         "valid_size": 200,
         "test_size": 200,
+        "decode": "greedy",
     },
     "model": {
         "preset": "tiny",
@@ -48,12 +50,11 @@ config = {
     },
     "optim": {"schedule": "constant", "lr": 3e-3, "warmup": 20},
     "train": {
-        "max_steps": STEPS,
+        "steps": STEPS,
         "max_tokens": 256,
         "log_every": 50,
         "eval_every": 200,
         "checkpoint_every": 0,
-        "decode": "greedy",
         "examples": 4,
     },
 }
@@ -92,7 +93,7 @@ test = result.test
 acc = test.get("seq_acc_decoded", test["seq_acc"])
 print(
     f"\nheld-out test strings: exact-sequence accuracy {acc:.1%}, token accuracy "
-    f"{test['token_acc']:.1%} ({test['n_sentences']} strings never seen in training)"
+    f"{test['token_acc']:.1%} ({test['examples']} strings never seen in training)"
 )
 
 checks = {

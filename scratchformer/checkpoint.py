@@ -5,9 +5,14 @@ Layout of ``checkpoint_<step>.npz`` (``numpy.load(path, allow_pickle=False)`` re
     model/<name>      every parameter of ``model.parameters()`` (a tied matrix once)
     optim/m/<name>    Adam's first moment per parameter      (when an optimizer is saved)
     optim/v/<name>    Adam's second moment per parameter
-    __meta__          uint8: UTF-8 JSON with the format version, the model config, the
-                      step, free metadata (``meta["tokenizer"]``), the optimizer's scalars,
-                      the training state, and the name/shape/dtype of every array above
+    __meta__          uint8: UTF-8 JSON with the format version, the model's class and
+                      config, the step, free metadata (``meta["tokenizer"]``,
+                      ``meta["task"]``), the optimizer's scalars, the training state, and
+                      the name/shape/dtype of every array above
+
+The model is an encoder-decoder ``Transformer``, a ``LanguageModel`` or an
+``EncoderClassifier`` (``"model": {"class": ..., "num_classes": ...}`` in the header;
+checkpoints written before that field are told apart by ``meta["task"]``).
 
 Arrays are host NumPy copies, so a checkpoint written on a GPU loads on a CPU.
 
@@ -35,8 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scratchformer import backend
+from scratchformer.data import tokenizer_from_dict
 from scratchformer.errors import ScratchformerError, StateDictError
-from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.models import EncoderClassifier, LanguageModel, Transformer, TransformerConfig
 
 FORMAT = "scratchformer.checkpoint"
 VERSION = 1
@@ -52,9 +58,13 @@ class CheckpointError(ScratchformerError):
     """A checkpoint is missing, truncated, corrupted or does not match what loads it."""
 
 
+#: the model classes a checkpoint can hold, by name
+MODEL_CLASSES = {cls.__name__: cls for cls in (Transformer, LanguageModel, EncoderClassifier)}
+
+
 @dataclass
 class Checkpoint:
-    model: Transformer  # built from ``config``, parameters loaded
+    model: object  # Transformer, LanguageModel or EncoderClassifier, parameters loaded
     config: TransformerConfig
     step: int  # optimizer steps taken when it was written
     meta: dict = field(default_factory=dict)  # free metadata; meta["tokenizer"]
@@ -108,6 +118,7 @@ def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_sta
     header = {
         "format": FORMAT,
         "version": VERSION,
+        "model": _model_spec(model),
         "config": model.config.to_dict(),
         "step": int(step),
         "meta": meta or {},
@@ -134,6 +145,38 @@ def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_sta
         raise
     _fsync_dir(path.parent)
     return path
+
+
+def _model_spec(model) -> dict:
+    """What, besides its config, rebuilds ``model``: its class (and a classifier's classes)."""
+    name = type(model).__name__
+    if name not in MODEL_CLASSES:
+        raise CheckpointError(f"cannot save a {name}: expected one of {sorted(MODEL_CLASSES)}")
+    spec = {"class": name}
+    if isinstance(model, EncoderClassifier):
+        spec["num_classes"] = model.num_classes
+    return spec
+
+
+def _build_model(header: dict, config: TransformerConfig, path):
+    """The empty model a checkpoint's parameters load into."""
+    meta = header.get("meta") or {}
+    spec = header.get("model")
+    if spec is None:  # written before the class was recorded: the task tells
+        task = meta.get("task")
+        spec = {"class": "Transformer"}
+        if task == "lm":
+            spec = {"class": "LanguageModel"}
+        elif task == "classify":
+            spec = {"class": "EncoderClassifier", "num_classes": len(meta.get("labels") or [])}
+    if not isinstance(spec, dict) or spec.get("class") not in MODEL_CLASSES:
+        raise CheckpointError(f"checkpoint {path} names an unknown model class: {spec!r}")
+    try:
+        if spec["class"] == "EncoderClassifier":
+            return EncoderClassifier(config, int(spec.get("num_classes", 0)))
+        return MODEL_CLASSES[spec["class"]](config)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {path}: cannot build its model: {e}") from None
 
 
 def _create_temporary(path: Path) -> tuple[int, str]:
@@ -210,17 +253,8 @@ def read_params(path) -> tuple[dict, dict]:
     return _split(arrays)[0], header
 
 
-def read_state(path) -> tuple[dict, dict | None, dict]:
-    """``(params, optimizer state or None, header)`` without building a model: what a
-    training loop of another model class (language model, classifier) resumes from."""
-    header, arrays = _read(path)
-    params, moments = _split(arrays)
-    opt = header.get("optimizer")
-    return params, (None if opt is None else {**opt, **moments}), header
-
-
 def load_checkpoint(path) -> Checkpoint:
-    """Read a checkpoint and rebuild its model on the active backend.
+    """Read a checkpoint and rebuild its model (of whichever class) on the active backend.
 
     Raises CheckpointError for a missing, truncated, corrupted or inconsistent file.
     """
@@ -231,17 +265,7 @@ def load_checkpoint(path) -> Checkpoint:
         config = TransformerConfig.from_dict(header["config"])
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"checkpoint {path} holds an invalid model config: {e}") from None
-    task = (header.get("meta") or {}).get("task")
-    if task in ("lm", "classify"):
-        raise CheckpointError(
-            f"{path} is a {task} checkpoint, not an encoder-decoder one: use "
-            f"{'scratchformer generate' if task == 'lm' else 'the classify task tools'} "
-            "(scratchformer.train_tasks.load_task_checkpoint)"
-        )
-    try:
-        model = Transformer(config)
-    except ValueError as e:
-        raise CheckpointError(f"checkpoint {path}: cannot build its model: {e}") from None
+    model = _build_model(header, config, path)
     try:
         model.load_state_dict(params)
     except StateDictError as e:
@@ -296,17 +320,31 @@ def latest_checkpoint(directory) -> Path | None:
     return found[-1][1] if found else None
 
 
-def load_with_tokenizer(path) -> tuple[Checkpoint, object]:
+#: where each kind of model is used from the command line
+_USED_BY = {
+    "Transformer": "scratchformer translate or evaluate",
+    "LanguageModel": "scratchformer generate",
+    "EncoderClassifier": "the Python API (scratchformer.checkpoint.load_with_tokenizer)",
+}
+
+
+def load_with_tokenizer(path, expect: type | None = None) -> tuple[Checkpoint, object]:
     """``(checkpoint, tokenizer)`` for the tools that read and write text (translate,
-    evaluate, plot): the checkpoint's model and the tokenizer saved with it.
+    evaluate, generate, plot): the checkpoint's model and the tokenizer saved with it.
 
     Raises CheckpointError when the checkpoint holds no tokenizer, or one whose
     vocabulary size differs from the model's (a vocabulary/checkpoint mismatch would
-    otherwise surface as an index error deep inside the embedding).
+    otherwise surface as an index error deep inside the embedding), or, with
+    ``expect`` (a model class), a model of another class.
     """
-    from scratchformer.data import tokenizer_from_dict  # noqa: PLC0415
-
     ckpt = load_checkpoint(path)
+    if expect is not None and not isinstance(ckpt.model, expect):
+        kind = type(ckpt.model).__name__
+        task = ckpt.meta.get("task")
+        raise CheckpointError(
+            f"{path} holds a {kind}{f' (task {task})' if task else ''}, not a "
+            f"{expect.__name__}: use it with {_USED_BY[kind]}"
+        )
     if "tokenizer" not in ckpt.meta:
         raise CheckpointError(
             f"checkpoint {path} holds no tokenizer (meta['tokenizer']): it cannot turn text "
@@ -328,9 +366,19 @@ _WHAT = ("model configurations", "tasks", "tokenizers")
 
 
 def _what_it_models(header: dict) -> tuple:
-    config = {k: v for k, v in (header.get("config") or {}).items() if k not in _TRAINING_ONLY}
+    config = header.get("config") or {}
+    try:  # resolved, so that a default written out (N_dec = N) equals one left implicit
+        config = TransformerConfig.from_dict(config).to_dict()
+    except (TypeError, ValueError):
+        pass  # compared as stored; reading the model reports what is wrong with it
+    config = {k: v for k, v in config.items() if k not in _TRAINING_ONLY}
     meta = header.get("meta") or {}
-    return config, meta.get("task"), meta.get("tokenizer")
+    task = meta.get("task")
+    if task is None:  # written before meta["task"]: the stored training config says
+        stored = meta.get("train_config")
+        task = stored.get("task") if isinstance(stored, dict) else None
+        task = task.get("name") if isinstance(task, dict) else task
+    return config, task, meta.get("tokenizer")
 
 
 def _difference(what: str, a, b) -> str:
@@ -389,6 +437,7 @@ def average_checkpoints(paths) -> dict:
 
 __all__ = [
     "CHECKPOINT_RE",
+    "MODEL_CLASSES",
     "Checkpoint",
     "CheckpointError",
     "average_checkpoints",
@@ -399,6 +448,5 @@ __all__ = [
     "load_checkpoint",
     "load_with_tokenizer",
     "read_params",
-    "read_state",
     "save_checkpoint",
 ]

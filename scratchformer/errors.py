@@ -65,3 +65,12 @@ def check_same_batch(a, b, name_a: str, name_b: str) -> None:
         raise ShapeError(
             f"{name_a} and {name_b} disagree on batch size: {a.shape[0]} vs {b.shape[0]}"
         )
+
+
+class ConfigError(ScratchformerError):
+    """A training configuration is invalid: an unknown key, a bad value, a key that does
+    not apply to the task, or settings a resumed run may not change."""
+
+
+class TrainingDiverged(ScratchformerError):
+    """The loss or the gradient became NaN or infinite; training stopped."""

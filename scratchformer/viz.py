@@ -329,29 +329,29 @@ def plot_positional(table, path, *, title: str | None = None, dims=None, sinusoi
 
 # -- learning-rate schedule ------------------------------------------------------------------
 def plot_schedule(curves, path, *, steps: int = 20000, title: str | None = None) -> Path:
-    """``lr(s) = factor * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)`` for s = 1 .. steps,
-    one curve per ``(d_model, warmup, factor)``; each peak (at s = warmup) is marked."""
+    """``lr(s) = lr_factor * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)`` for s = 1 .. steps,
+    one curve per ``(d_model, warmup, lr_factor)``; each peak (at s = warmup) is marked."""
     _png_path(path)
     from scratchformer.optim.schedule import NoamSchedule  # noqa: PLC0415
 
     np = backend.np
     curves = list(curves)
     if not curves:
-        raise PlotError("give at least one (d_model, warmup, factor) curve")
+        raise PlotError("give at least one (d_model, warmup, lr_factor) curve")
     if steps < 2:
         raise PlotError(f"steps must be at least 2, got {steps}")
     fig = _figure(9, 5.5)
     ax = fig.add_subplot(1, 1, 1)
     s = np.unique(np.linspace(1, steps, min(steps, 2000)).round().astype(np.int64))
-    # Curves with the same d_model and factor decay along the same 1/sqrt(s) line after
+    # Curves with the same d_model and lr_factor decay along the same 1/sqrt(s) line after
     # their warmups: a dash pattern per warmup keeps the one underneath visible.
     warmups = sorted({int(w) for _, w, _ in curves})
     dashes = ["-", "--", ":", "-."]
-    for d_model, warmup, factor in curves:
-        sched = NoamSchedule(int(d_model), int(warmup), float(factor))
+    for d_model, warmup, lr_factor in curves:
+        sched = NoamSchedule(int(d_model), int(warmup), float(lr_factor))
         lr = np.array([sched(int(k)) for k in s])
         label = f"d_model={d_model}, warmup={warmup}" + (
-            f", factor={factor:g}" if factor != 1 else ""
+            f", lr_factor={lr_factor:g}" if lr_factor != 1 else ""
         )
         style = dashes[warmups.index(int(warmup)) % len(dashes)]
         (line,) = ax.plot(s, lr, style, label=label, linewidth=2)
@@ -374,7 +374,7 @@ def plot_schedule(curves, path, *, steps: int = 20000, title: str | None = None)
     ax.legend(fontsize=9)
     ax.set_title(
         title
-        or "lr = factor * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5): linear warmup, "
+        or "lr = lr_factor * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5): linear warmup, "
         "then 1/sqrt(s) decay",
         fontsize=10,
     )

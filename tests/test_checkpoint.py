@@ -18,10 +18,11 @@ from scratchformer.checkpoint import (
     last_checkpoints,
     list_checkpoints,
     load_checkpoint,
+    load_with_tokenizer,
     save_checkpoint,
 )
 from scratchformer.data import CharTokenizer
-from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.models import EncoderClassifier, LanguageModel, Transformer, TransformerConfig
 from scratchformer.optim import Adam
 
 
@@ -273,14 +274,24 @@ def test_mixed_runs_are_refused(tmp_path):
     assert len(str(e.value)) < 400  # says so; never prints the two models
 
 
-def test_a_language_model_checkpoint_is_named_as_such(tmp_path):
-    """translate/evaluate/plot load encoder-decoder checkpoints; an lm checkpoint gets a
-    sentence pointing at `scratchformer generate`, not a traceback."""
-    path = tmp_path / "checkpoint_1.npz"
-    model = Transformer(TransformerConfig.preset("tiny", vocab_size=12))
-    save_checkpoint(path, model, step=1, meta={"task": "lm"})
-    with pytest.raises(CheckpointError, match="lm checkpoint.*scratchformer generate"):
-        load_checkpoint(path)
+def test_every_model_class_round_trips_and_is_named_where_it_does_not_fit(tmp_path):
+    """A checkpoint records its model's class: a language model or a classifier loads as
+    itself, and the text tools that need an encoder-decoder (translate, evaluate, plot)
+    name the class and the command that uses it instead of failing inside."""
+    tok = CharTokenizer.fit(["abcdefgh"])  # 12 ids
+    config = TransformerConfig.preset("tiny", vocab_size=12)
+    for model in (LanguageModel(config), EncoderClassifier(config, 3), Transformer(config)):
+        path = tmp_path / f"{type(model).__name__}.npz"
+        save_checkpoint(path, model, step=1, meta={"tokenizer": tok.to_dict()})
+        ck = load_checkpoint(path)
+        assert type(ck.model) is type(model)
+        for k, v in model.state_dict().items():
+            np.testing.assert_array_equal(ck.model.state_dict()[k], v)
+    assert load_checkpoint(tmp_path / "EncoderClassifier.npz").model.num_classes == 3
+    with pytest.raises(CheckpointError, match="holds a LanguageModel.*scratchformer generate"):
+        load_with_tokenizer(tmp_path / "LanguageModel.npz", expect=Transformer)
+    with pytest.raises(CheckpointError, match="holds a Transformer.*translate or evaluate"):
+        load_with_tokenizer(tmp_path / "Transformer.npz", expect=LanguageModel)
 
 
 def test_text_tools_need_a_matching_tokenizer(tmp_path):

@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 
 from scratchformer.errors import ScratchformerError
+from scratchformer.models import Transformer
+from scratchformer.train import evaluation
+from scratchformer.train.tasks.seq2seq import pair_batches
 
 
 def add_parser(sub) -> None:
@@ -50,14 +53,12 @@ def teacher_forced(model, tok, pairs, max_tokens: int = 4096) -> dict:
     token, ``<eos>`` included, dropout off): ``exp(-(1/n) sum log p(y_t | y_<t, x))``.
     Pairs with a side longer than the model's positions are left out: ``ppl_sentences``
     says how many were scored."""
-    from scratchformer.train import evaluate  # noqa: PLC0415
-
     limit = model.config.max_len - 1  # room for <bos>/<eos>
     enc = [(tok.encode(s), tok.encode(t)) for s, t in pairs]
     enc = [(s, t) for s, t in enc if 0 < len(s) <= limit and len(t) <= limit]
     if not enc:
         return {}
-    m = evaluate(model, enc, max_tokens)
+    m = evaluation.teacher_forced(model, pair_batches(enc, max_tokens), 0.0, model.config.pad_id)
     return {"ppl": m["ppl"], "ppl_sentences": len(enc), "ppl_tokens": m["n_tokens"]}
 
 
@@ -67,7 +68,7 @@ def run(args) -> int:
     from scratchformer.data.bible_pairs import read_pairs  # noqa: PLC0415
     from scratchformer.decode import translate  # noqa: PLC0415
 
-    ckpt, tok = load_with_tokenizer(args.checkpoint)
+    ckpt, tok = load_with_tokenizer(args.checkpoint, expect=Transformer)
     data_dir = args.data_dir
     if data_dir is None:
         data_dir = ckpt.meta.get("train_config", {}).get("task", {}).get("data_dir") or None

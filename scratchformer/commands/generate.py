@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import argparse
 
+from scratchformer.checkpoint import load_with_tokenizer
+from scratchformer.decode.sample import generate
+from scratchformer.models import LanguageModel
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -21,7 +25,9 @@ def add_parser(sub) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--checkpoint", required=True, help="a checkpoint of `train --task lm`")
+    p.add_argument(
+        "--checkpoint", required=True, help="a checkpoint of a language model (`train --config lm`)"
+    )
     p.add_argument("--prompt", default="", help="text the samples continue (default: none)")
     p.add_argument("--max-new", type=int, default=300, help="most new tokens per sample")
     p.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (0.8)")
@@ -32,13 +38,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from scratchformer.decode.sample import generate  # noqa: PLC0415
-    from scratchformer.errors import ScratchformerError  # noqa: PLC0415
-    from scratchformer.train_tasks import load_task_checkpoint  # noqa: PLC0415
-
-    model, tokenizer, meta = load_task_checkpoint(args.checkpoint)
-    if meta.get("task") != "lm":
-        raise ScratchformerError(f"{args.checkpoint} is a {meta.get('task')} model, not an LM")
+    ckpt, tokenizer = load_with_tokenizer(args.checkpoint, expect=LanguageModel)
+    model = ckpt.model
     prompt = [model.config.bos_id, *tokenizer.encode(args.prompt)]
     samples = generate(
         model,

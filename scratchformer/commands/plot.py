@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import itertools
+import sys
 from pathlib import Path
 
 from scratchformer import viz
+from scratchformer.models import Transformer
 from scratchformer.viz import ATTENTION_KINDS, PlotError
 
 
@@ -61,13 +63,15 @@ def add_parser(sub) -> None:
 
     s = plots.add_parser(
         "schedule",
-        help="learning rate against the step, for several d_model/warmup/factor",
-        description="lr = factor * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5), one curve per "
-        "combination of the values given (the paper: d_model 512, warmup 4000, factor 1).",
+        help="learning rate against the step, for several d_model/warmup/lr_factor",
+        description="lr = lr_factor * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5), one curve "
+        "per combination of the values given (the paper: d_model 512, warmup 4000, "
+        "lr_factor 1).",
     )
     s.add_argument("--d-model", type=int, nargs="+", default=[512, 256])
     s.add_argument("--warmup", type=int, nargs="+", default=[4000, 8000])
-    s.add_argument("--factor", type=float, nargs="+", default=[1.0])
+    s.add_argument("--lr-factor", type=float, nargs="+", default=[1.0])
+    s.add_argument("--factor", type=float, nargs="+", dest="old_factor", help=argparse.SUPPRESS)
     s.add_argument("--steps", type=int, default=20000, help="last step drawn")
     s.add_argument("-o", "--out", default="schedule.png")
     s.set_defaults(func=run_schedule)
@@ -120,7 +124,7 @@ def _greedy(model, src_ids):
 def run_attention(args) -> int:
     from scratchformer.checkpoint import load_with_tokenizer  # noqa: PLC0415
 
-    ck, tok = load_with_tokenizer(_checkpoint_path(args.checkpoint))
+    ck, tok = load_with_tokenizer(_checkpoint_path(args.checkpoint), expect=Transformer)
     model, cfg = ck.model, ck.config
     src_ids = tok.encode(args.source)
     if not src_ids:
@@ -184,7 +188,11 @@ def run_positional(args) -> int:
         n = min(args.positions, cfg.max_len)
         if cfg.positions == "learned":
             name = f"{args.stack}.pos.P"
-            table = ck.model.parameters()[name][:n]
+            params = ck.model.parameters()
+            if name not in params:
+                have = sorted(k.split(".")[0] for k in params if k.endswith(".pos.P"))
+                raise PlotError(f"{ck.path} has no {args.stack} positions: --stack {have[0]}")
+            table = params[name][:n]
             title = (
                 f"learned positions {name} of {ck.path.name} (step {ck.step}): "
                 f"{n} positions x d_model = {cfg.d_model}"
@@ -205,9 +213,12 @@ def run_schedule(args) -> int:
     for name, values in (("--d-model", args.d_model), ("--warmup", args.warmup)):
         if any(v < 1 for v in values):
             raise PlotError(f"{name} values must be positive, got {values}")
-    if any(f <= 0 for f in args.factor):
-        raise PlotError(f"--factor values must be positive, got {args.factor}")
-    curves = list(itertools.product(args.d_model, args.warmup, args.factor))
+    if args.old_factor is not None:
+        print("note: --factor is now called --lr-factor", file=sys.stderr)
+        args.lr_factor = args.old_factor
+    if any(f <= 0 for f in args.lr_factor):
+        raise PlotError(f"--lr-factor values must be positive, got {args.lr_factor}")
+    curves = list(itertools.product(args.d_model, args.warmup, args.lr_factor))
     out = viz.plot_schedule(curves, args.out, steps=args.steps)
     print(f"wrote {out} ({' x '.join(map(str, viz.png_size(out)))}), {len(curves)} curves")
     return 0

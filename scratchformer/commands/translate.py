@@ -22,6 +22,7 @@ import time
 from contextlib import ExitStack
 
 from scratchformer.errors import ScratchformerError
+from scratchformer.models import Transformer
 
 
 def add_parser(sub) -> None:
@@ -53,7 +54,7 @@ def run(args) -> int:
 
     if args.greedy and (args.nbest > 1 or args.scores):
         raise ScratchformerError("--greedy gives one output without scores: drop --nbest/--scores")
-    ckpt, tokenizer = load_with_tokenizer(args.checkpoint)
+    ckpt, tokenizer = load_with_tokenizer(args.checkpoint, expect=Transformer)
     with ExitStack() as stack:
         src = (
             sys.stdin

@@ -1,4 +1,5 @@
-"""Data: vocabularies, tokenizers, padded batches, token-budget batching, built-in tasks."""
+"""Data: vocabularies, tokenizers, padded batches, token-budget batching, the built-in
+string tasks, translation pairs and monolingual corpora."""
 
 from scratchformer.data.batching import (
     Batch,
@@ -11,7 +12,14 @@ from scratchformer.data.batching import (
     padding_fraction,
     random_batches,
 )
-from scratchformer.data.tasks import TASKS, TaskConfig, TaskData, TaskError, make_task
+from scratchformer.data.tasks import (
+    STRING_TASKS,
+    TaskData,
+    TaskError,
+    string_task,
+    translation_task,
+)
+from scratchformer.data.text import CorpusError, load_labelled, load_lines, words
 from scratchformer.data.tokenizers import (
     TOKENIZERS,
     CharTokenizer,
@@ -23,12 +31,12 @@ from scratchformer.data.vocab import SPECIALS, Vocab, VocabError
 
 __all__ = [
     "SPECIALS",
-    "TASKS",
+    "STRING_TASKS",
     "TOKENIZERS",
     "Batch",
     "BatchingError",
     "CharTokenizer",
-    "TaskConfig",
+    "CorpusError",
     "TaskData",
     "TaskError",
     "TokenBatchSampler",
@@ -40,8 +48,12 @@ __all__ = [
     "collate",
     "example_widths",
     "fixed_batches",
-    "make_task",
+    "load_labelled",
+    "load_lines",
     "padding_fraction",
     "random_batches",
+    "string_task",
     "tokenizer_from_dict",
+    "translation_task",
+    "words",
 ]

@@ -369,17 +369,6 @@ def prepare_text(out_dir, verses: Iterable[Verse], stem="web", dev=0.05, test=0.
     return {s: tuple(c) for s, c in counts.items()}
 
 
-def read_genre_tsv(path) -> list[tuple[str, str]]:
-    """``[(label, text)]`` from a file written by ``prepare_genre``."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) >= 2:
-                rows.append((parts[0], parts[1]))
-    return rows
-
-
 __all__ = [
     "CANON",
     "GENRES",
@@ -394,5 +383,4 @@ __all__ = [
     "open_bible",
     "prepare_genre",
     "prepare_text",
-    "read_genre_tsv",
 ]

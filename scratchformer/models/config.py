@@ -44,7 +44,7 @@ def wrong_field_types(cls, values: dict) -> list[str]:
 class TransformerConfig:
     vocab_size: int  # V, the shared source/target vocabulary
     N: int = 6  # encoder layers
-    N_dec: int | None = None  # decoder layers (default: N)
+    N_dec: int | None = None  # decoder layers (None: N; set to N when the config is made)
     d_model: int = 512  # D, width of every residual stream
     d_ff: int = 2048  # F, inner width of the position-wise feed-forward network
     h: int = 8  # H, attention heads
@@ -80,11 +80,9 @@ class TransformerConfig:
     extra: dict = field(default_factory=dict)  # free-form notes kept with checkpoints
 
     def __post_init__(self):
+        if self.N_dec is None:
+            self.N_dec = self.N
         self.validate()
-
-    @property
-    def n_dec(self) -> int:
-        return self.N if self.N_dec is None else self.N_dec
 
     @property
     def src_vocab(self) -> int:
@@ -99,8 +97,8 @@ class TransformerConfig:
         need(not wrong, "; ".join(wrong))
         need(self.vocab_size >= 2, f"vocab_size must be >= 2, got {self.vocab_size}")
         need(
-            self.N >= 0 and self.n_dec >= 1,
-            f"need N >= 0 and N_dec >= 1, got {self.N}, {self.n_dec}",
+            self.N >= 0 and self.N_dec >= 1,
+            f"need N >= 0 and N_dec >= 1, got {self.N}, {self.N_dec}",
         )
         need(
             self.d_model > 0 and self.d_ff > 0 and self.h > 0,

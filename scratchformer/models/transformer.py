@@ -90,7 +90,7 @@ class Transformer(Module):
             else None
         )
         self.encoder = Encoder(cfg, cfg.N, rng)
-        self.decoder = Decoder(cfg, cfg.n_dec, rng)
+        self.decoder = Decoder(cfg, cfg.N_dec, rng)
 
     # -- input checks -------------------------------------------------------------------
     def _check_ids(self, ids, name, vocab):

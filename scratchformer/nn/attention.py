@@ -91,7 +91,7 @@ class MultiHeadAttention(Module):
     #: ``set_attention_block`` and ops/blockwise_attention.py.
     attention_block: int | None = None
 
-    def __init__(self, d_model, h, d_k=None, d_v=None, p_attn_drop=0.0, rng=None):
+    def __init__(self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None):
         super().__init__()
         if d_k is None and d_model % h:
             raise ValueError(f"d_model={d_model} is not divisible by h={h}: give d_k explicitly")
@@ -99,7 +99,7 @@ class MultiHeadAttention(Module):
         self.h = h
         self.d_k = d_model // h if d_k is None else d_k
         self.d_v = d_model // h if d_v is None else d_v
-        self.p_attn_drop = p_attn_drop
+        self.P_drop_attn = P_drop_attn
         self.add_parameter("W_q", xavier_uniform(rng, d_model, h * self.d_k))
         self.add_parameter("W_k", xavier_uniform(rng, d_model, h * self.d_k))
         self.add_parameter("W_v", xavier_uniform(rng, d_model, h * self.d_v))
@@ -227,9 +227,9 @@ class MultiHeadAttention(Module):
         """
         if self.attention_block:
             return blockwise_attention_forward(
-                Q, K, V, mask, self.attention_block, self.p_attn_drop, rng
+                Q, K, V, mask, self.attention_block, self.P_drop_attn, rng
             )
-        return attention_forward(Q, K, V, mask, self.p_attn_drop, rng)
+        return attention_forward(Q, K, V, mask, self.P_drop_attn, rng)
 
     def attend_backward(self, dO, cache):
         """Returns ``(dQ, dK, dV)``; a subclass with parameters of its own adds into

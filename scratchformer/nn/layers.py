@@ -179,10 +179,10 @@ class AddNorm(LayerNorm):
         dx = dx + addnorm.enter_backward(sublayer_backward(ds, c_s), c_in)  # not +=: dx may be dy
     """
 
-    def __init__(self, d_model: int, p_drop: float, norm_first: bool, eps: float = 1e-5):
+    def __init__(self, d_model: int, P_drop: float, norm_first: bool, eps: float = 1e-5):
         super().__init__(d_model, eps)
         self.norm_first = norm_first
-        self.dropout = Dropout(p_drop)
+        self.dropout = Dropout(P_drop)
 
     def enter(self, x):
         if self.norm_first:
@@ -219,7 +219,7 @@ class FeedForwardCache(NamedTuple):
 class PositionwiseFeedForward(Module):
     """``FFN(x) = act(x W_1 + b_1) W_2 + b_2`` (section 3.3), applied at every position."""
 
-    def __init__(self, d_model, d_ff, activation="relu", p_act_drop=0.0, rng=None):
+    def __init__(self, d_model, d_ff, activation="relu", P_drop_ffn=0.0, rng=None):
         super().__init__()
         rng = rng or backend.host_rng(0)
         if activation not in ACTIVATIONS:
@@ -229,7 +229,7 @@ class PositionwiseFeedForward(Module):
         self.act_forward, self.act_backward = ACTIVATIONS[activation]
         # forward/backward below own the hidden arrays: the activation may work in place
         self._act_forward_, self._act_backward_ = ACTIVATIONS_INPLACE[activation]
-        self.dropout = Dropout(p_act_drop)
+        self.dropout = Dropout(P_drop_ffn)
         self.add_parameter("W_1", xavier_uniform(rng, d_model, d_ff))
         self.add_parameter("b_1", xp.zeros(d_ff))
         self.add_parameter("W_2", xavier_uniform(rng, d_ff, d_model))

@@ -26,8 +26,8 @@ class LocalMultiHeadAttention(MultiHeadAttention):
 
     causal_only = True
 
-    def __init__(self, d_model, h, d_k=None, d_v=None, p_attn_drop=0.0, rng=None, block=64):
-        super().__init__(d_model, h, d_k, d_v, p_attn_drop, rng or backend.host_rng(0))
+    def __init__(self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None, block=64):
+        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng or backend.host_rng(0))
         if int(block) < 1:
             raise ValueError(f"local block size must be >= 1, got {block}")
         self.block = int(block)
@@ -35,7 +35,7 @@ class LocalMultiHeadAttention(MultiHeadAttention):
     def attend(self, Q, K, V, mask=None, rng=None):
         """``mask`` is read as key padding (ops.local_attention.key_padding): the causal
         band is built inside."""
-        return local_attention_forward(Q, K, V, self.block, mask, self.p_attn_drop, rng)
+        return local_attention_forward(Q, K, V, self.block, mask, self.P_drop_attn, rng)
 
     def attend_backward(self, dO, cache):
         return local_attention_backward(dO, cache)

@@ -49,12 +49,12 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         h,
         d_k=None,
         d_v=None,
-        p_attn_drop=0.0,
+        P_drop_attn=0.0,
         rng=None,
         max_relative_position: int = 16,
     ):
         rng = rng or backend.host_rng(0)
-        super().__init__(d_model, h, d_k, d_v, p_attn_drop, rng)
+        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng)
         k = int(max_relative_position)
         if k < 1:
             raise ValueError(f"max_relative_position must be >= 1, got {k}")
@@ -64,7 +64,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
     def attend(self, Q, K, V, mask=None, rng=None):
         p = self.params
-        return shaw_attention_forward(Q, K, V, p["E_k"], p["E_v"], mask, self.p_attn_drop, rng)
+        return shaw_attention_forward(Q, K, V, p["E_k"], p["E_v"], mask, self.P_drop_attn, rng)
 
     def attend_backward(self, dO, cache):
         dQ, dK, dV, dE_k, dE_v = shaw_attention_backward(dO, cache)
@@ -102,12 +102,12 @@ class SkewMultiHeadAttention(MultiHeadAttention):
         h,
         d_k=None,
         d_v=None,
-        p_attn_drop=0.0,
+        P_drop_attn=0.0,
         rng=None,
         max_relative_position: int = 16,
     ):
         rng = rng or backend.host_rng(0)
-        super().__init__(d_model, h, d_k, d_v, p_attn_drop, rng)
+        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng)
         k = int(max_relative_position)
         if k < 1:
             raise ValueError(f"max_relative_position must be >= 1, got {k}")
@@ -115,7 +115,7 @@ class SkewMultiHeadAttention(MultiHeadAttention):
         self.add_parameter("E_r", normal(rng, self.d_k**-0.5, (h, k + 1, self.d_k)))
 
     def attend(self, Q, K, V, mask=None, rng=None):
-        return skew_attention_forward(Q, K, V, self.params["E_r"], mask, self.p_attn_drop, rng)
+        return skew_attention_forward(Q, K, V, self.params["E_r"], mask, self.P_drop_attn, rng)
 
     def attend_backward(self, dO, cache):
         dQ, dK, dV, dE_r = skew_attention_backward(dO, cache)

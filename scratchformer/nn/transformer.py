@@ -44,7 +44,7 @@ from scratchformer.ops.positional import PositionalCache
 
 
 def _attention_kwargs(cfg):
-    return dict(d_k=cfg.d_k, d_v=cfg.d_v, p_attn_drop=cfg.P_drop_attn)
+    return dict(d_k=cfg.d_k, d_v=cfg.d_v, P_drop_attn=cfg.P_drop_attn)
 
 
 def make_self_attention(cfg, rng, causal: bool) -> MultiHeadAttention:

@@ -2,9 +2,9 @@
 
 The paper (section 5.3), with ``w`` warmup steps:
 
-    lr(s) = factor * d_model^-0.5 * min(s^-0.5, s * w^-1.5)
+    lr(s) = lr_factor * d_model^-0.5 * min(s^-0.5, s * w^-1.5)
 
-a linear rise for ``w`` steps to ``factor * (d_model * w)^-0.5``, then decay as
+a linear rise for ``w`` steps to ``lr_factor * (d_model * w)^-0.5``, then decay as
 ``s^-0.5``. With d_model = 512, w = 4000: lr(1) = 1.7469e-7, lr(4000) = 6.98771e-4,
 lr(16000) = 3.49386e-4.
 
@@ -38,23 +38,23 @@ class Schedule:
 
 
 class NoamSchedule(Schedule):
-    """The paper's schedule: ``factor * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)``."""
+    """The paper's schedule: ``lr_factor * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)``."""
 
     name = "noam"
 
-    def __init__(self, d_model: int, warmup: int = 4000, factor: float = 1.0):
+    def __init__(self, d_model: int, warmup: int = 4000, lr_factor: float = 1.0):
         if d_model <= 0 or warmup <= 0:
             raise ScratchformerError(f"need d_model > 0 and warmup > 0, got {d_model}, {warmup}")
-        self.d_model, self.warmup, self.factor = d_model, warmup, factor
+        self.d_model, self.warmup, self.lr_factor = d_model, warmup, lr_factor
 
     def __call__(self, step: int) -> float:
         self._check_step(step)
-        return self.factor * self.d_model**-0.5 * min(step**-0.5, step * self.warmup**-1.5)
+        return self.lr_factor * self.d_model**-0.5 * min(step**-0.5, step * self.warmup**-1.5)
 
     @property
     def peak(self) -> float:
         """The largest learning rate, reached at ``s = warmup``."""
-        return self.factor / math.sqrt(self.d_model * self.warmup)
+        return self.lr_factor / math.sqrt(self.d_model * self.warmup)
 
 
 class ConstantSchedule(Schedule):
@@ -77,11 +77,11 @@ class ConstantSchedule(Schedule):
 SCHEDULES = {"noam": NoamSchedule, "constant": ConstantSchedule}
 
 
-def make_schedule(name: str, *, d_model: int, warmup: int, factor: float = 1.0, lr=None):
-    """Build a schedule by name: ``"noam"`` (uses d_model, warmup, factor) or
+def make_schedule(name: str, *, d_model: int, warmup: int, lr_factor: float = 1.0, lr=None):
+    """Build a schedule by name: ``"noam"`` (uses d_model, warmup, lr_factor) or
     ``"constant"`` (uses lr, warmup)."""
     if name == "noam":
-        return NoamSchedule(d_model, warmup, factor)
+        return NoamSchedule(d_model, warmup, lr_factor)
     if name == "constant":
         if lr is None:
             raise ScratchformerError("the 'constant' schedule needs a learning rate (optim.lr)")

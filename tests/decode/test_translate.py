@@ -58,10 +58,10 @@ def test_a_sentence_never_translates_to_nothing(model_and_tokenizer):
     # the trainer's test decoding of a translation task passes min_len=1 the same way
     from scratchformer.train import decode_outputs  # noqa: PLC0415
 
-    pairs = [(tok.encode("the cat sat"), [5])]
+    sources = [tok.encode("the cat sat")]
     for method in ("beam", "greedy"):
-        assert decode_outputs(m, pairs, method, beam_size=3, min_len=1)[1] == [[5]]
-        assert decode_outputs(m, pairs, method, beam_size=3)[1] == [[]]  # the raw default
+        assert decode_outputs(m, sources, method, 3, 0.6, min_len=1) == [[5]]
+        assert decode_outputs(m, sources, method, 3, 0.6, min_len=0) == [[]]  # plain search
 
 
 def test_text_commands_default_to_a_non_empty_output():

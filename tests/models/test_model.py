@@ -73,7 +73,7 @@ def test_table3_rows_match_the_paper(name):
 def test_base_preset_is_the_paper_base_model():
     """base: N=6, d_model=512, d_ff=2048, h=8 (d_k = d_v = 64), P_drop=0.1, eps_ls=0.1."""
     cfg = TransformerConfig.preset("base", vocab_size=37000)
-    assert (cfg.N, cfg.n_dec, cfg.d_model, cfg.d_ff, cfg.h) == (6, 6, 512, 2048, 8)
+    assert (cfg.N, cfg.N_dec, cfg.d_model, cfg.d_ff, cfg.h) == (6, 6, 512, 2048, 8)
     assert cfg.d_model // cfg.h == 64
     assert (cfg.P_drop, cfg.eps_ls) == (0.1, 0.1)
 

@@ -162,7 +162,7 @@ class Residual(Module):
     def __init__(self, norm_first):
         super().__init__()
         self.sub = Linear(D, D)
-        self.addnorm = AddNorm(D, p_drop=0.3, norm_first=norm_first)
+        self.addnorm = AddNorm(D, P_drop=0.3, norm_first=norm_first)
 
     def forward(self, x, rng=None):
         s_in, c_in = self.addnorm.enter(x)
@@ -187,7 +187,7 @@ def test_addnorm(norm_first):
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_positionwise_feed_forward(activation):
     """FFN: act(x W_1 + b_1) W_2 + b_2 with activation dropout replayed."""
-    m = unit_scale(PositionwiseFeedForward(D, F, activation, p_act_drop=0.2))
+    m = unit_scale(PositionwiseFeedForward(D, F, activation, P_drop_ffn=0.2))
     assert_passed(check_module(m, randn(0, Bsz, T, D), rng=5), m, ["x"])
 
 
@@ -198,7 +198,7 @@ class SelfAttention(Module):
 
     def __init__(self):
         super().__init__()
-        self.attn = MultiHeadAttention(D, H, d_k=DK, d_v=DV, p_attn_drop=0.2)
+        self.attn = MultiHeadAttention(D, H, d_k=DK, d_v=DV, P_drop_attn=0.2)
 
     def forward(self, x, mask, rng=None):
         return self.attn.forward(x, x, mask, rng)
@@ -223,7 +223,7 @@ def test_multi_head_self_attention_padding():
 
 def test_multi_head_cross_attention():
     """Cross-attention: T = 4 queries over S = 7 keys, source padding, dropout replayed."""
-    m = unit_scale(MultiHeadAttention(D, H, d_k=DK, d_v=DV, p_attn_drop=0.2))
+    m = unit_scale(MultiHeadAttention(D, H, d_k=DK, d_v=DV, P_drop_attn=0.2))
     assert (m.params["W_q"].shape, m.params["W_v"].shape) == ((D, H * DK), (D, H * DV))
     x_q, x_kv = randn(0, Bsz, T, D), randn(1, Bsz, S, D)
     report = check_module(m, x_q, x_kv, padding_mask(src_ids(), PAD), rng=2)

@@ -15,7 +15,7 @@ def test_reference_values(step, want):
 
 
 def test_shape_of_the_schedule():
-    s = NoamSchedule(64, warmup=100, factor=2.0)
+    s = NoamSchedule(64, warmup=100, lr_factor=2.0)
     # linear during warmup, peak at warmup, then s^-0.5
     assert s(50) == pytest.approx(s(1) * 50, rel=1e-12)
     assert s(100) == pytest.approx(s.peak, rel=1e-12) == pytest.approx(2.0 / (64 * 100) ** 0.5)

@@ -129,65 +129,69 @@ def test_empty_split_is_an_error(tmp_path, bpe, data_dir, capsys):
 
 
 def test_translation_task_loads_tsv_with_a_cached_joint_bpe(data_dir):
-    from scratchformer.data.tasks import TaskConfig, TaskError, make_task  # noqa: PLC0415
+    from scratchformer.data.tasks import TaskError, translation_task  # noqa: PLC0415
 
-    cfg = TaskConfig(name="translate", data_dir=str(data_dir), vocab_size=350, max_len=12)
-    data = make_task(cfg)
+    data = translation_task(str(data_dir), vocab_size=350, max_len=12)
     assert (data_dir / "spm-bpe-350.json").is_file()
     assert len(data.train) + data.dropped == 120 and len(data.test) == 6
     assert all(len(s) <= 12 and len(t) <= 12 for s, t in data.encoded("train"))
-    assert make_task(cfg).tokenizer.vocab == data.tokenizer.vocab  # from the cache
+    again = translation_task(str(data_dir), vocab_size=350, max_len=12)  # from the cache
+    assert again.tokenizer.vocab == data.tokenizer.vocab
     with pytest.raises(TaskError, match="data_dir"):
-        make_task(TaskConfig(name="translate"))
+        translation_task("", vocab_size=350, max_len=12)
     (data_dir / "train.tsv").write_text("hola\n", encoding="utf-8")
     with pytest.raises(Exception, match=r"train\.tsv:1: expected source<TAB>target"):
-        make_task(cfg)
+        translation_task(str(data_dir), vocab_size=350, max_len=12)
 
 
 def test_training_a_few_steps_and_resuming_checks_the_vocabulary(tmp_path, data_dir, monkeypatch):
-    import scratchformer.train as train_module  # noqa: PLC0415
+    import scratchformer.train.tasks.seq2seq as seq2seq  # noqa: PLC0415
     from scratchformer.train import ConfigError, TrainConfig, train  # noqa: PLC0415
 
     seen = []  # the final test decoding of a translation task never allows an empty output
-    real = train_module.decode_outputs
+    real = seq2seq.decode_outputs
 
     def spy(*args, **kw):
-        seen.append(kw.get("min_len"))
+        seen.append(args[5])
         return real(*args, **kw)
 
-    monkeypatch.setattr(train_module, "decode_outputs", spy)
+    monkeypatch.setattr(seq2seq, "decode_outputs", spy)
 
     d = {
         "name": "t",
         "run_dir": str(tmp_path / "run"),
-        "task": {"name": "translate", "data_dir": str(data_dir), "vocab_size": 350, "max_len": 30},
+        "task": {
+            "name": "translate",
+            "data_dir": str(data_dir),
+            "vocab_size": 350,
+            "max_len": 30,
+            "decode": "greedy",
+        },
         "model": {"N": 1, "d_model": 16, "d_ff": 32, "h": 2, "max_len": 64},
         "train": {
-            "max_steps": 2,
+            "steps": 2,
             "max_tokens": 256,
             "eval_every": 0,
             "checkpoint_every": 1,
-            "decode": "greedy",
             "average_last": 0,
         },
     }
     res = train(TrainConfig.from_dict(d), progress=False, echo=lambda *a: None)
     assert res.step == 2 and res.test is not None and seen == [1]
+    assert "bleu" in res.test and "chrf" in res.test
     (data_dir / "spm-bpe-350.json").unlink()  # a different vocabulary...
     d["task"]["vocab_size"] = 360
-    d["train"]["max_steps"] = 3
+    d["train"]["steps"] = 3
     with pytest.raises(ConfigError, match="cannot resume"):
         train(TrainConfig.from_dict(d), resume="latest", progress=False, echo=lambda *a: None)
 
 
 def test_task_translate_flag_gives_the_cpu_config():
-    from pathlib import Path  # noqa: PLC0415
-
     from scratchformer.cli import build_parser  # noqa: PLC0415
-    from scratchformer.commands.train import read_toml, resolve_config  # noqa: PLC0415
+    from scratchformer.commands.train import resolve_config  # noqa: PLC0415
     from scratchformer.train import TrainConfig  # noqa: PLC0415
 
-    args = build_parser().parse_args(["train", "--task", "translate", "--data-dir", "data/bible"])
+    args = build_parser().parse_args(["train", "--task", "translate"])
     cfg, _ = resolve_config(args)
-    config = Path(__file__).parents[2] / "configs" / "bible-cpu.toml"
-    assert cfg.to_dict() == TrainConfig.from_dict(read_toml(config)).to_dict()
+    assert cfg == TrainConfig.load("bible-cpu")
+    assert cfg.task.data_dir == "data/bible" and cfg.train.steps == 1500

@@ -47,11 +47,11 @@ def lm_batch(seed=0, lengths=(9, 6, 4)):
 
 # -- modules -----------------------------------------------------------------------------
 ATTENTION_MODULES = {
-    "relative": lambda: RelativeMultiHeadAttention(16, 2, p_attn_drop=0.1, max_relative_position=2),
+    "relative": lambda: RelativeMultiHeadAttention(16, 2, P_drop_attn=0.1, max_relative_position=2),
     "relative_skew": lambda: SkewMultiHeadAttention(
-        16, 2, p_attn_drop=0.1, max_relative_position=2
+        16, 2, P_drop_attn=0.1, max_relative_position=2
     ),
-    "local": lambda: LocalMultiHeadAttention(16, 2, p_attn_drop=0.1, block=3),
+    "local": lambda: LocalMultiHeadAttention(16, 2, P_drop_attn=0.1, block=3),
 }
 
 

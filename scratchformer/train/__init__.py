@@ -1,0 +1,33 @@
+"""Training: one loop (``Trainer``) for every task, one configuration format.
+
+    from scratchformer.train import TrainConfig, train
+    result = train(TrainConfig.load("copy", {"train": {"steps": 500}}))
+    result.test                                   # the final model's test metrics
+
+See ``loop`` (the loop), ``config`` (the TOML format and its layers), ``tasks`` (the task
+protocol and the tasks) and ``evaluation`` (teacher-forced metrics, decoding).
+"""
+
+from scratchformer.errors import ConfigError, TrainingDiverged
+from scratchformer.train.config import LoopConfig, OptimConfig, TrainConfig, shipped_names
+from scratchformer.train.evaluation import decode_outputs, teacher_forced
+from scratchformer.train.loop import Trainer, TrainResult, accumulate_gradients, train
+from scratchformer.train.tasks import TASKS, Task, TaskBatch
+
+__all__ = [
+    "TASKS",
+    "ConfigError",
+    "LoopConfig",
+    "OptimConfig",
+    "Task",
+    "TaskBatch",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+    "TrainingDiverged",
+    "accumulate_gradients",
+    "decode_outputs",
+    "shipped_names",
+    "teacher_forced",
+    "train",
+]

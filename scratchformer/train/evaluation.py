@@ -1,0 +1,97 @@
+"""Evaluation of a model on a task's examples: teacher-forced metrics, and decoding.
+
+Teacher-forced metrics of any of the models (encoder-decoder, language model, classifier)
+over batches of ``(inputs, targets)``, dropout off:
+
+    loss       the training objective (label-smoothed cross-entropy) per target
+    nll, ppl   plain cross-entropy per target and exp of it (perplexity)
+    token_acc  share of the targets (pad excluded) whose argmax is right
+    seq_acc    share of the rows whose targets are all right (targets of shape (B, T));
+               for an encoder-decoder this equals the exact-match accuracy of greedy
+               decoding: if every argmax is right given the true prefix, greedy decoding
+               follows the true prefix, and conversely
+    accuracy   for targets of shape (B,) (one label per row) in place of the two above
+
+``decode_outputs`` decodes the sources of an encoder-decoder for real (beam search or
+greedy), which is what the test set is judged by at the end of a run.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scratchformer import backend
+from scratchformer.data.batching import collate
+from scratchformer.decode import beam_search, greedy_decode
+from scratchformer.ops.loss import cross_entropy_forward
+
+
+def teacher_forced(model, batches, eps_ls: float, pad_id: int | None, predictions=False):
+    """Metrics of ``model`` over ``batches`` (each with ``inputs``, a tuple of host arrays
+    the model's ``forward`` takes, and ``targets``: (B, T) next tokens padded with
+    ``pad_id``, or (B,) labels with ``pad_id`` None); see the module doc.
+
+    With ``predictions`` also returns ``(argmax ids, targets)`` as host arrays
+    concatenated over the batches (for per-class figures). Loss and NLL are summed in
+    float64 over the batches, so batch sizes do not change them.
+    """
+    np = backend.np
+    loss_sum = nll_sum = 0.0
+    n_tok = n_right = n_rows = n_rows_right = 0
+    preds, golds = [], []
+    per_row = None
+    for b in batches:
+        logits, _ = model.forward(*(backend.asarray(a) for a in b.inputs))
+        targets = backend.asarray(b.targets)
+        loss, lc = cross_entropy_forward(logits, targets, eps_ls, pad_id)
+        loss_sum += float(loss) * lc.n_tokens
+        nll_sum += lc.nll_sum
+        n_tok += lc.n_tokens
+        pred = backend.asnumpy(logits.argmax(axis=-1))
+        gold = np.asarray(b.targets)
+        keep = np.ones(gold.shape, dtype=bool) if pad_id is None else gold != pad_id
+        right = (pred == gold) & keep
+        n_right += int(right.sum())
+        per_row = gold.ndim == 2
+        if per_row:
+            n_rows += gold.shape[0]
+            n_rows_right += int((right == keep).all(axis=1).sum())
+        if predictions:
+            preds.append(pred)
+            golds.append(gold)
+    nll = nll_sum / max(n_tok, 1)
+    m = {
+        "loss": loss_sum / max(n_tok, 1),
+        "nll": nll,
+        "ppl": math.exp(min(nll, 700.0)),  # exp(709) is the largest float64
+    }
+    if per_row:
+        m.update(token_acc=n_right / max(n_tok, 1), seq_acc=n_rows_right / max(n_rows, 1))
+    else:
+        m["accuracy"] = n_right / max(n_tok, 1)
+    m["n_tokens"] = n_tok
+    if predictions:
+        both = (np.concatenate(preds), np.concatenate(golds)) if preds else (None, None)
+        return m, both
+    return m
+
+
+def decode_outputs(
+    model, sources, method: str, beam_size: int, alpha: float, min_len: int, batch_size: int = 64
+) -> list[list[int]]:
+    """Decode ``sources`` (lists of ids) with ``method`` "beam" (``beam_search``, best
+    hypothesis) or "greedy" (``greedy_decode``); returns the output ids of each, in order.
+    ``min_len``: fewest output tokens (translation uses 1: never an empty sentence)."""
+    outputs = []
+    for start in range(0, len(sources), batch_size):
+        chunk = [(s, []) for s in sources[start : start + batch_size]]
+        src = backend.asarray(collate(chunk).src)
+        if method == "beam":
+            hyps = beam_search(model, src, beam_size=beam_size, alpha=alpha, min_len=min_len)
+            outputs += [list(h[0].tokens) for h in hyps]
+        else:
+            outputs += [list(y) for y in greedy_decode(model, src, min_len=min_len)]
+    return outputs
+
+
+__all__ = ["decode_outputs", "teacher_forced"]

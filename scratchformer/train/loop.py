@@ -1,0 +1,443 @@
+"""The training loop, once, for every task: the paper's recipe, importable and resumable.
+
+    from scratchformer.train import TrainConfig, Trainer
+    result = Trainer(TrainConfig.load("copy")).run()
+    result.test                       # the final model's test metrics
+
+One optimizer step ``s`` (counted from 1):
+
+    1. draw ``accum_steps`` token-budget batches (the data order is a function of
+       ``(seed, epoch)``; the position in it is part of the saved state)
+    2. for each micro-batch i: forward with dropout (generator seeded by
+       ``(seed, s, i)``), backward of ``n_i * loss_i`` (n_i = its targets)
+    3. divide every gradient by ``sum_i n_i``: the gradient of the mean loss over the
+       union of the micro-batches, exactly as if they were one batch
+    4. stop with an error naming the step if the loss or the gradient norm is not finite
+    5. clip the global gradient norm, ``lr = schedule(s)``, one Adam step
+
+Because every source of randomness is a function of ``(seed, step)`` or
+``(seed, epoch)``, a checkpoint holding the parameters, Adam's moments, the step and
+the data position resumes bit for bit: ``N`` steps + resume + ``N`` steps gives the
+same losses and parameters as ``2N`` steps in one run. ``time_limit`` stops a run early
+after the step that passes it (validated and checkpointed as a last step); ``--resume``
+then continues it.
+
+Outputs in the run directory (``runs/<name>`` by default):
+
+    config.json                 the resolved configuration
+    metrics.jsonl               one JSON object per line: "train", "valid", "test" records
+    checkpoints/checkpoint_<step>.npz    every ``checkpoint_every`` steps and at the end
+                                (the newest ``keep_checkpoints`` are kept)
+    checkpoints/averaged.npz    the mean of the last ``average_last`` checkpoints
+
+The end of a run judges the test set as the task is used (decoded, sampled or
+classified), with the last checkpoint and with the average of the last
+``average_last`` checkpoints, as the paper does (its base model averages the last 5).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from threadpoolctl import threadpool_limits
+from tqdm.auto import tqdm
+
+from scratchformer import backend
+from scratchformer.checkpoint import (
+    CheckpointError,
+    average_checkpoints,
+    checkpoint_name,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from scratchformer.data.batching import TokenBatchSampler
+from scratchformer.errors import ConfigError, TrainingDiverged
+from scratchformer.optim import Adam, clip_grad_norm, make_schedule
+from scratchformer.train import report
+from scratchformer.train.config import TrainConfig, resume_changes
+from scratchformer.train.rundir import (
+    append_record,
+    clear_for_fresh_run,
+    drop_later_checkpoints,
+    truncate_metrics,
+)
+from scratchformer.train.step import Window, accumulate_gradients, dropout_seed
+from scratchformer.train.tasks import TASKS
+
+
+@dataclass
+class TrainResult:
+    step: int  # optimizer steps done in total
+    losses: list  # [(step, training loss)] of the steps run in this call
+    valid: list  # validation records of this call
+    test: dict | None  # test metrics of the final model (averaged when average_last > 1)
+    examples: list  # the final model's test examples (task-specific tuples or texts)
+    checkpoint: Path | None  # the last checkpoint written
+    run_dir: Path
+    elapsed: float  # seconds spent in this call
+    stopped: str = ""  # why the run stopped before train.steps ("" if it did not)
+    files: list = field(default_factory=list)  # every file of the run directory it wrote
+
+
+class Trainer:
+    """Holds the task, model, optimizer and position of one run.
+
+    ``Trainer(cfg).run()`` trains to ``cfg.train.steps``; ``resume`` (a checkpoint path,
+    or "latest" for the newest in the run directory) continues a run exactly;
+    ``overwrite`` lets a fresh run replace the files of an earlier one in its directory.
+    """
+
+    def __init__(
+        self, cfg: TrainConfig, *, resume=None, overwrite=False, progress=True, echo=print
+    ):
+        self.cfg, self.echo, self.progress = cfg, echo, progress
+        for note in cfg.notes:
+            echo(note)
+        self.run_dir = cfg.out_dir
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+
+        self.task = TASKS[cfg.task.name](cfg.task)
+        self.model_config = self.task.configure(cfg.model, cfg.seed)
+        self.model = self.task.build_model(self.model_config)
+        t, o = cfg.train, cfg.optim
+        self.sampler = TokenBatchSampler(
+            self.task.widths("train"), t.max_tokens, cfg.seed, t.max_sentences or None
+        )
+        self.optimizer = Adam(self.model.parameters(), o.beta1, o.beta2, o.eps, o.weight_decay)
+        self.schedule = make_schedule(
+            o.schedule,
+            d_model=self.model_config.d_model,
+            warmup=o.warmup,
+            lr_factor=o.lr_factor,
+            lr=o.lr,
+        )
+        # Position: optimizer steps done, and the next batch of the data order.
+        self.step, self.epoch, self.batch_index = 0, 0, 0
+        self.tokens_seen = 0
+        self.seconds_before = 0.0  # training wall time of earlier sessions (resume)
+        self.t_start = time.perf_counter()  # of this session
+        self.tokens_seen_here = 0  # in this session
+        self.last_checkpoint: Path | None = None
+        if resume:
+            self._resume(resume, overwrite)
+        else:
+            clear_for_fresh_run(self.run_dir, overwrite)
+
+    # -- the run directory ------------------------------------------------------------------
+    def _resume(self, resume, overwrite: bool) -> None:
+        if resume in (True, "latest"):
+            path = latest_checkpoint(self.ckpt_dir)
+            if path is None:
+                raise CheckpointError(f"nothing to resume: no checkpoints in {self.ckpt_dir}")
+        else:
+            path = Path(resume)
+        ck = load_checkpoint(path)
+        self._check_resumable(ck, path)
+        self.model.load_state_dict(ck.model.state_dict())
+        self.optimizer.load_state_dict(ck.optimizer_state)
+        ts = ck.train_state
+        self.step, self.epoch, self.batch_index = ts["step"], ts["epoch"], ts["batch_index"]
+        self.tokens_seen = ts.get("tokens_seen", ts.get("tokens", 0))
+        self.seconds_before = ts.get("seconds", 0.0)
+        self.last_checkpoint = path
+        drop_later_checkpoints(self.ckpt_dir, self.step, overwrite)
+        truncate_metrics(self.metrics_path, self.step)
+
+    def _check_resumable(self, ck, path) -> None:
+        """Refuse a checkpoint of another task, model, vocabulary or data order."""
+        stored = TrainConfig.from_stored(ck.meta.get("train_config"), str(path))
+        if stored.task.name != self.task.name:
+            raise ConfigError(
+                f"cannot resume from {path}: it trained task {stored.task.name}, this run "
+                f"trains {self.task.name}"
+            )
+        changed = resume_changes(self.cfg, stored)
+        if changed:
+            raise ConfigError(
+                f"cannot resume from {path} with other {', '.join(changed)}: the run would "
+                "not continue (a resumed run may change only where it writes, when it stops, "
+                "how often it logs, validates and saves, its threads and its test decoding)"
+            )
+        mine, theirs = self.model_config.to_dict(), ck.config.to_dict()
+        if mine != theirs:
+            diff = ", ".join(
+                f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} here"
+                for k in sorted(set(mine) | set(theirs))
+                if mine.get(k) != theirs.get(k)
+            )
+            raise ConfigError(f"cannot resume from {path}: its model differs ({diff})")
+        if ck.meta.get("tokenizer") != self.task.tokenizer.to_dict():
+            raise ConfigError(
+                f"cannot resume from {path}: its vocabulary differs from the one built from the "
+                "data now (was the data prepared again?)"
+            )
+        if ck.optimizer_state is None or not isinstance(ck.train_state, dict):
+            raise CheckpointError(
+                f"cannot resume from {path}: it holds no optimizer or training state"
+            )
+
+    # -- state -------------------------------------------------------------------------------
+    def train_state(self) -> dict:
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_index": self.batch_index,
+            "tokens_seen": self.tokens_seen,
+            "seed": self.cfg.seed,
+            "seconds": self.seconds_before + time.perf_counter() - self.t_start,
+        }
+
+    def meta(self) -> dict:
+        return {**self.task.meta(), "train_config": self.cfg.to_dict()}
+
+    def save(self) -> Path:
+        path = save_checkpoint(
+            self.ckpt_dir / checkpoint_name(self.step),
+            self.model,
+            step=self.step,
+            optimizer=self.optimizer,
+            meta=self.meta(),
+            train_state=self.train_state(),
+        )
+        self.last_checkpoint = path
+        keep = self.cfg.train.keep_checkpoints
+        if keep:
+            for _, old in list_checkpoints(self.ckpt_dir)[:-keep]:
+                old.unlink()
+        return path
+
+    def log(self, record: dict) -> None:
+        append_record(self.metrics_path, record)
+
+    # -- one step ----------------------------------------------------------------------------
+    def next_batch(self):
+        """The next micro-batch of the data order; moves to the next epoch when needed."""
+        batches = self.sampler.epoch(self.epoch)
+        if self.batch_index >= len(batches):
+            self.epoch, self.batch_index = self.epoch + 1, 0
+            batches = self.sampler.epoch(self.epoch)
+        idx = batches[self.batch_index]
+        self.batch_index += 1
+        return self.task.batch("train", idx)
+
+    def train_step(self) -> dict:
+        """One optimizer step over ``accum_steps`` micro-batches (see the module doc)."""
+        cfg = self.cfg
+        s = self.step + 1
+        batches = [self.next_batch() for _ in range(cfg.train.accum_steps)]
+        rngs = [backend.rng(dropout_seed(cfg.seed, s, i)) for i in range(len(batches))]
+        loss, nll, _ = accumulate_gradients(self.model, batches, rngs)
+        if not math.isfinite(loss):
+            self._diverged(s, f"the training loss is {loss}")
+        grads = self.model.gradients()
+        grad_norm = clip_grad_norm(grads, cfg.optim.clip_norm)
+        if not math.isfinite(grad_norm):
+            self._diverged(s, f"the gradient norm is {grad_norm}")
+        lr = self.schedule(s)
+        self.optimizer.step(grads, lr)
+        self.step = s
+        tokens = sum(b.n_tokens for b in batches)
+        self.tokens_seen += tokens
+        return {
+            "step": s,
+            "loss": loss,
+            "nll": nll,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "tokens": tokens,
+        }
+
+    def _diverged(self, step: int, what: str):
+        last = (
+            f"the last good checkpoint is {self.last_checkpoint} (continue with --resume)"
+            if self.last_checkpoint
+            else "no checkpoint was written yet"
+        )
+        msg = f"training stopped at step {step}: {what} (not finite); {last}"
+        self.log({"kind": "error", "step": step, "message": msg})
+        raise TrainingDiverged(msg)
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self, final_eval: bool = True) -> TrainResult:
+        """Train to ``train.steps`` (or the time limit), validating and checkpointing on
+        the way; then, with ``final_eval``, judge the test set."""
+        threads = self.cfg.train.threads
+        limits = threadpool_limits(threads, user_api="blas") if threads else nullcontext()
+        with limits:
+            return self._run(final_eval)
+
+    def _run(self, final_eval: bool) -> TrainResult:
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+        if self.step == 0:
+            for line in self.task.notes():
+                self.echo(line)
+            lines = report.header(cfg, self.task, self.model, len(self.sampler), self.run_dir)
+            for line in lines:
+                self.echo(line)
+        else:
+            self.echo(f"resuming {cfg.name} at step {self.step} from {self.last_checkpoint}")
+        t_start = self.t_start = time.perf_counter()
+        losses, valid, stopped = self._loop(t_start)
+        train_seconds = time.perf_counter() - t_start
+        if self.last_checkpoint is None:
+            self.save()
+        test, examples, averaged = None, [], None
+        if final_eval:
+            test, examples, averaged = self.final_evaluation()
+        elapsed = time.perf_counter() - t_start
+        speed = self.tokens_seen_here / max(train_seconds, 1e-9)
+        self.echo(
+            f"done: step {self.step}, {len(losses)} steps in {report.clock(train_seconds)} "
+            f"({speed:,.0f} tokens/s), {report.clock(elapsed)} with evaluation"
+        )
+        kept = [p for _, p in list_checkpoints(self.ckpt_dir)]
+        for line in report.files_written(self.run_dir, kept, averaged):
+            self.echo(line)
+        files = [self.run_dir / "config.json", self.metrics_path, *kept]
+        return TrainResult(
+            step=self.step,
+            losses=losses,
+            valid=valid,
+            test=test,
+            examples=examples,
+            checkpoint=self.last_checkpoint,
+            run_dir=self.run_dir,
+            elapsed=elapsed,
+            stopped=stopped,
+            files=files + ([averaged] if averaged else []),
+        )
+
+    def _loop(self, t_start: float):
+        """Steps until ``train.steps`` or the time limit; ``(losses, valid records, why it
+        stopped early or "")``."""
+        t = self.cfg.train
+        losses, valid, stopped = [], [], ""
+        self.tokens_seen_here = 0
+        window = Window()
+        bar = tqdm(
+            total=t.steps,
+            initial=self.step,
+            disable=not self.progress,
+            unit="step",
+            dynamic_ncols=True,
+        )
+        try:
+            while self.step < t.steps:
+                rec = self.train_step()
+                s = self.step
+                self.tokens_seen_here += rec["tokens"]
+                losses.append((s, rec["loss"]))
+                window.add(rec)
+                bar.update(1)
+                bar.set_postfix(
+                    loss=f"{rec['loss']:.3f}",
+                    lr=f"{rec['lr']:.2e}",
+                    tok_s=f"{window.tokens_per_s():,.0f}",
+                    refresh=False,
+                )
+                if t.time_limit and time.perf_counter() - t_start >= t.time_limit:
+                    stopped = f"time limit of {t.time_limit:g} s reached after step {s}"
+                last = s == t.steps or bool(stopped)
+                if (t.log_every and s % t.log_every == 0) or last:
+                    r = window.record(s, self.epoch, rec, self.tokens_seen)
+                    # wall time since the run began (earlier sessions too)
+                    r["elapsed"] = self.seconds_before + time.perf_counter() - t_start
+                    self.log(r)
+                    if not self.progress:
+                        self.echo(report.train_line(r, t.steps))
+                    window = Window()
+                t_aside = time.perf_counter()
+                if (t.eval_every and s % t.eval_every == 0) or last:
+                    m = self.task.evaluate(self.model, "valid", t.max_tokens, t.eval_limit)
+                    valid.append({"kind": "valid", "step": s, **m})
+                    self.log(valid[-1])
+                    bar.write(report.valid_line(s, t.steps, m, self.task.shown_valid))
+                if (t.checkpoint_every and s % t.checkpoint_every == 0) or last:
+                    self.save()
+                window.t0 += time.perf_counter() - t_aside  # tokens/s: not validation, saving
+                if stopped:
+                    bar.write(stopped + " (continue with --resume)")
+                    break
+        finally:
+            bar.close()
+        return losses, valid, stopped
+
+    # -- the end -----------------------------------------------------------------------------
+    def average_model(self):
+        """The paper's checkpoint averaging: ``(model, steps, path)`` of the mean of the
+        last ``average_last`` checkpoints (saved as averaged.npz), or ``(None, [], None)``
+        with averaging off or fewer than two checkpoints."""
+        n = self.cfg.train.average_last
+        found = list_checkpoints(self.ckpt_dir) if self.ckpt_dir.is_dir() else []
+        if n < 2 or len(found) < 2:
+            return None, [], None
+        paths = [p for _, p in found[-n:]]
+        model = self.task.build_model(self.model_config)
+        model.load_state_dict(average_checkpoints(paths))
+        meta = {**self.meta(), "averaged_from": [p.name for p in paths]}
+        out = save_checkpoint(self.ckpt_dir / "averaged.npz", model, step=self.step, meta=meta)
+        return model, [s for s, _ in found[-n:]], out
+
+    def final_evaluation(self):
+        """Judge the test set with the last checkpoint and (with ``average_last``) the
+        average of the last checkpoints; print the final model's examples.
+
+        Returns ``(metrics of the final model, its examples, averaged.npz or None)``; the
+        final model is the averaged one when averaging is on.
+        """
+        t = self.cfg.train
+        n_test = self.task.sizes()["test"]
+        keys = self.task.shown_test
+        self.echo(f"\ntest set: {n_test} examples never seen in training")
+        m_last, examples = self.task.test(self.model, t.max_tokens, t.examples, self.cfg.seed)
+        self.log({"kind": "test", "step": self.step, "model": "last", **m_last})
+        rows = [(f"last checkpoint (step {self.step})", m_last)]
+        m = m_last
+        avg_model, avg_steps, averaged = self.average_model()
+        if avg_model is not None:
+            m, examples = self.task.test(avg_model, t.max_tokens, t.examples, self.cfg.seed)
+            self.log({"kind": "test", "step": self.step, "model": "averaged", **m})
+            steps = ", ".join(map(str, avg_steps))
+            rows.append((f"average of the last {len(avg_steps)} checkpoints ({steps})", m))
+        for ex in examples:
+            self.echo(self.task.format_example(ex))
+        for label, mm in rows:
+            self.echo(f"  {label}: {report.metrics_text(mm, keys)}")
+        if "bleu_signature" in m:
+            self.echo(f"  sacreBLEU signature: {m['bleu_signature']}")
+        if "bleu_missing" in m:
+            self.echo(f"  (no BLEU: {m['bleu_missing']})")
+        return m, examples, averaged
+
+
+def train(
+    cfg: TrainConfig | None = None,
+    *,
+    resume=None,
+    overwrite=False,
+    progress=True,
+    echo=print,
+    final_eval=True,
+) -> TrainResult:
+    """Train a run to ``cfg.train.steps`` (the default run when ``cfg`` is None)."""
+    trainer = Trainer(
+        cfg or TrainConfig.default(),
+        resume=resume,
+        overwrite=overwrite,
+        progress=progress,
+        echo=echo,
+    )
+    return trainer.run(final_eval=final_eval)
+
+
+__all__ = ["TrainResult", "Trainer", "train"]

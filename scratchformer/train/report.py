@@ -1,0 +1,124 @@
+"""What a run prints: one format for every task.
+
+    training <name>: task <task>, <n> train / <n> valid / <n> test examples, vocabulary V
+    model: <class>, <n> parameters (N=.., d_model=.., h=.., <attention> attention)
+    plan: <steps> steps of <= <max_tokens> tokens x <accum>, <batches> batches/epoch -> <dir>
+    step   50/3000 | loss 2.3456 | ppl 10.44 | lr 1.23e-04 | grad norm 0.812 | 4,321 tok/s | 0:00:12
+    step  500/3000 | valid | loss 0.4321 | ppl 1.54 | token acc 95.12% | seq acc 71.00%
+    ...
+    test set: <examples>, then one line per model (last checkpoint, average)
+    done: <steps> steps in <time> (<tokens/s>), then every file written
+
+The periodic line is printed every ``log_every`` steps when there is no progress bar
+(with one, its fields are the bar's postfix); every other line always.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+
+def _pct(x) -> str:
+    return f"{100 * x:.2f}%"
+
+
+def _num(x) -> str:
+    """A loss-like number: 4 decimals, or 4 significant digits when huge (a diverging
+    run's perplexity must not print 300 digits)."""
+    if not math.isfinite(x):
+        return str(x)
+    return f"{x:.4f}" if abs(x) < 1e4 else f"{x:.4g}"
+
+
+#: metric key -> (label, format)
+FORMATS = {
+    "loss": ("loss", _num),
+    "nll": ("nll", _num),
+    "ppl": ("ppl", lambda x: f"{x:.3f}" if x < 1e4 else f"{x:.3g}"),
+    "bpc": ("bits/char", _num),
+    "token_acc": ("token acc", _pct),
+    "seq_acc": ("seq acc", _pct),
+    "seq_acc_decoded": ("exact match", _pct),
+    "accuracy": ("accuracy", _pct),
+    "majority_baseline": ("majority baseline", _pct),
+    "bleu": ("BLEU", lambda x: f"{x:.2f}"),
+    "chrf": ("chrF", lambda x: f"{x:.2f}"),
+}
+
+
+def metrics_text(m: dict, keys) -> str:
+    """``loss 0.4321 | ppl 1.54 | ...`` for the ``keys`` present in ``m``."""
+    parts = []
+    for k in keys:
+        if k in m and m[k] is not None:
+            label, fmt = FORMATS[k]
+            which = f" ('{m['majority_class']}')" if k == "majority_baseline" else ""
+            parts.append(f"{label} {fmt(m[k])}{which}")
+    if "decode" in m:
+        parts.append(f"decoding {m['decode']}")
+    return " | ".join(parts)
+
+
+def clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def step_prefix(step: int, steps: int) -> str:
+    return f"step {step:>{len(str(steps))}}/{steps}"
+
+
+def train_line(rec: dict, steps: int) -> str:
+    """The periodic line of a "train" record of metrics.jsonl."""
+    return (
+        f"{step_prefix(rec['step'], steps)} | loss {_num(rec['loss'])} | "
+        f"ppl {FORMATS['ppl'][1](rec['ppl'])} | lr {rec['lr']:.2e} | "
+        f"grad norm {rec['grad_norm']:.3g} | {rec['tokens_per_s']:,.0f} tok/s | "
+        f"{clock(rec['elapsed'])}"
+    )
+
+
+def valid_line(step: int, steps: int, m: dict, keys) -> str:
+    return f"{step_prefix(step, steps)} | valid | {metrics_text(m, keys)}"
+
+
+def header(cfg, task, model, batches_per_epoch: int, run_dir) -> list[str]:
+    sizes = task.sizes()
+    mc = model.config
+    t = cfg.train
+    attn = mc.attention
+    accum = f" x {t.accum_steps} micro-batches" if t.accum_steps > 1 else ""
+    limit = f", at most {t.time_limit:g} s" if t.time_limit else ""
+    return [
+        f"training {cfg.name}: task {task.name}, {sizes['train']} train / {sizes['valid']} "
+        f"valid / {sizes['test']} test examples, vocabulary {mc.vocab_size}",
+        f"model: {type(model).__name__}, {model.num_parameters():,} parameters "
+        f"(N={mc.N}, d_model={mc.d_model}, h={mc.h}, {attn} attention)",
+        f"plan: {t.steps} steps of <= {t.max_tokens} tokens{accum}{limit}, "
+        f"{batches_per_epoch} batches/epoch -> {run_dir}",
+    ]
+
+
+def files_written(run_dir: Path, checkpoints: list, averaged: Path | None) -> list[str]:
+    """The closing list of every file of the run directory this run wrote or kept."""
+    lines = [f"files in {run_dir}:", "  config.json        the resolved configuration"]
+    lines.append("  metrics.jsonl      one JSON record per log line, validation and test")
+    if checkpoints:
+        names = [p.name for p in checkpoints]
+        shown = names[0] if len(names) == 1 else f"{names[0]} ... {names[-1]}"
+        lines.append(f"  checkpoints/{shown}  ({len(names)} kept: parameters, Adam, position)")
+    if averaged is not None:
+        lines.append(f"  checkpoints/{averaged.name}  the average of the last checkpoints")
+    return lines
+
+
+__all__ = [
+    "FORMATS",
+    "clock",
+    "files_written",
+    "header",
+    "metrics_text",
+    "train_line",
+    "valid_line",
+]

@@ -1,0 +1,77 @@
+"""The run directory: a fresh run never mixes with an earlier one, a resumed run drops
+what it abandons, and the metrics log keeps the records up to where a run resumes.
+
+    runs/<name>/config.json, metrics.jsonl, checkpoints/checkpoint_<step>.npz,
+    checkpoints/averaged.npz
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from scratchformer.checkpoint import list_checkpoints
+from scratchformer.errors import ConfigError
+
+
+def clear_for_fresh_run(run_dir: Path, overwrite: bool) -> None:
+    """Refuse a directory holding an earlier run's checkpoints, averaged model or
+    metrics, unless ``overwrite`` (then delete exactly those files)."""
+    ckpt_dir = run_dir / "checkpoints"
+    found = list_checkpoints(ckpt_dir) if ckpt_dir.is_dir() else []
+    earlier = [p for _, p in found]
+    earlier += [p for p in (ckpt_dir / "averaged.npz", run_dir / "metrics.jsonl") if p.exists()]
+    if earlier and not overwrite:
+        what = f"checkpoints up to step {found[-1][0]}" if found else earlier[0].name
+        raise ConfigError(
+            f"{run_dir} holds an earlier run ({what}): pass --resume to continue it, "
+            "--overwrite to start again there, or --name/--run-dir for a new run"
+        )
+    for p in earlier:
+        p.unlink()
+
+
+def drop_later_checkpoints(ckpt_dir: Path, step: int, overwrite: bool) -> None:
+    """Resuming from an older checkpoint abandons the steps after ``step``: their
+    checkpoints would otherwise be averaged into (or resumed by) this run. Refuse,
+    unless ``overwrite`` says to delete them (and the average made of them)."""
+    if not ckpt_dir.is_dir():
+        return
+    later = [(s, p) for s, p in list_checkpoints(ckpt_dir) if s > step]
+    if later and not overwrite:
+        names = ", ".join(p.name for _, p in later[:5]) + (" ..." if len(later) > 5 else "")
+        raise ConfigError(
+            f"{ckpt_dir} holds checkpoints after step {step} ({names}) from the run this "
+            "resume abandons: move them away, or pass --overwrite to delete them"
+        )
+    for _, p in later:
+        p.unlink()
+    if later:
+        (ckpt_dir / "averaged.npz").unlink(missing_ok=True)
+
+
+def append_record(path: Path, record: dict) -> None:
+    """One JSON line at the end of the metrics log."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Keep the records of a metrics log up to ``step`` (a resumed run logs the rest
+    again); test and error records go, and so does a line cut short by a crash."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and rec.get("kind") not in ("test", "error"):
+            if isinstance(rec.get("step"), int) and rec["step"] <= step:
+                keep.append(line)
+    path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+
+
+__all__ = ["append_record", "clear_for_fresh_run", "drop_later_checkpoints", "truncate_metrics"]

@@ -1,0 +1,193 @@
+"""The task protocol: what a task gives the one training loop.
+
+A task owns its data, its tokenizer and its kind of model; the loop owns everything
+else (schedule, accumulation, clipping, the non-finite stop, progress, metrics.jsonl,
+validation, checkpoints, averaging, exact resume, the time limit, threads). A task:
+
+    Settings            the dataclass of its ``[task]`` section (every field required:
+                        the defaults are in its shipped config, ``config``)
+    __init__(settings)  reads or makes the data and the tokenizer
+    configure(model, seed) -> TransformerConfig      the ``[model]`` section resolved
+    build_model(config)    -> the model: Transformer, LanguageModel or EncoderClassifier
+    widths(split)          -> (N,) padded width of each example (token-budget batching)
+    batch(split, indices)  -> TaskBatch: the model's inputs, the targets, tokens counted
+    evaluate(model, split, max_tokens, limit)   teacher-forced metrics (validation)
+    test(model, max_tokens, examples, seed)     the test set judged as the task is used:
+                           decoded, sampled or classified; -> (metrics, examples)
+    meta()                 what a checkpoint keeps to be used alone: task, tokenizer, ...
+
+Every model's ``loss_forward(*inputs, targets, rng)`` returns the mean loss over its
+targets and a cache whose ``loss.n_tokens`` is the number of targets and ``loss.nll_sum``
+their summed negative log-likelihood, so one loop accumulates and logs them all.
+Splits are named "train", "valid" and "test".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+from scratchformer import backend
+from scratchformer.data.batching import fixed_batches
+from scratchformer.data.vocab import Vocab
+from scratchformer.errors import ConfigError
+from scratchformer.models import PRESETS, TransformerConfig
+from scratchformer.models.config import wrong_field_types
+from scratchformer.train.evaluation import teacher_forced
+
+#: [model] keys the tokenizer decides
+TOKENIZER_KEYS = ("vocab_size", "pad_id", "bos_id", "eos_id")
+
+
+class TaskBatch(NamedTuple):
+    inputs: tuple  # host int64 arrays, what the model's forward takes: (src, tgt_in) or (ids,)
+    targets: object  # host int64 (B, T) next tokens (pad where none) or (B,) labels
+    n_tokens: int  # tokens this batch counts for tokens/s
+
+
+def check_settings(obj, section: str = "task") -> None:
+    """Raise ConfigError naming every field of dataclass ``obj`` of the wrong type."""
+    wrong = wrong_field_types(type(obj), vars(obj))
+    if wrong:
+        raise ConfigError(f"[{section}] " + f"; [{section}] ".join(wrong))
+
+
+def need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def check_decoding(s) -> None:
+    """The test-time decoding settings of a sequence-to-sequence task."""
+    need(s.decode in ("beam", "greedy"), f"task.decode={s.decode!r}: expected 'beam' or 'greedy'")
+    need(s.beam_size >= 1, f"task.beam_size must be >= 1, got {s.beam_size}")
+    need(math.isfinite(s.alpha) and s.alpha >= 0, f"task.alpha must be >= 0, got {s.alpha}")
+
+
+class Task:
+    """Base class; see the module doc. Subclasses set ``Settings``, ``config``, ``kinds``
+    (the ``[task] name`` values they serve) and implement the data-specific methods."""
+
+    Settings: type
+    config: str  # the shipped config holding this task's defaults
+    kinds: tuple = ()
+    target_pad: bool = True  # targets are padded with pad_id (False: one label per row)
+
+    def __init__(self, settings):
+        self.settings = settings
+        self.name = settings.name
+        self.tokenizer = None
+        self.model_config: TransformerConfig | None = None
+
+    # -- the model ---------------------------------------------------------------------------
+    def configure(self, model: dict, seed: int) -> TransformerConfig:
+        """The model configuration of a run: ``model["preset"]`` (if any), then the other
+        ``[model]`` keys, then the vocabulary's size and special ids; ``seed`` initialises
+        the model unless ``[model]`` sets its own."""
+        m = dict(model)
+        preset = m.pop("preset", None)
+        if preset is not None and preset not in PRESETS:
+            raise ConfigError(f"unknown model preset {preset!r}: expected one of {sorted(PRESETS)}")
+        given = sorted(k for k in TOKENIZER_KEYS if k in m)
+        need(not given, f"model.{', model.'.join(given)} is set by the tokenizer, not the config")
+        kwargs = {**(PRESETS[preset] if preset else {}), **m}
+        kwargs.setdefault("seed", seed)
+        kwargs.update(
+            vocab_size=len(self.tokenizer.vocab),
+            pad_id=Vocab.pad_id,
+            bos_id=Vocab.bos_id,
+            eos_id=Vocab.eos_id,
+        )
+        try:
+            self.model_config = TransformerConfig(**kwargs)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"invalid [model] settings: {e}") from None
+        return self.model_config
+
+    def build_model(self, config: TransformerConfig):
+        raise NotImplementedError
+
+    # -- data --------------------------------------------------------------------------------
+    def examples(self, split: str) -> list:
+        """The encoded examples of a split."""
+        raise NotImplementedError
+
+    def widths(self, split: str):
+        raise NotImplementedError
+
+    def batch(self, split: str, indices) -> TaskBatch:
+        raise NotImplementedError
+
+    def sizes(self) -> dict:
+        return {s: len(self.examples(s)) for s in ("train", "valid", "test")}
+
+    # -- evaluation --------------------------------------------------------------------------
+    def evaluate(self, model, split: str, max_tokens: int, limit: int = 0, predictions=False):
+        """Teacher-forced metrics of ``model`` on the first ``limit`` examples of ``split``
+        (0: all), dropout off; see ``scratchformer.train.evaluation.teacher_forced``.
+        With ``predictions`` (tasks with one label per row): ``(metrics, argmax, labels)``,
+        both host (N,) arrays in the order of the examples."""
+        np = backend.np
+        widths = self.widths(split)
+        if limit:
+            widths = widths[:limit]
+        order = fixed_batches(widths, max(max_tokens, int(widths.max())))
+        batches = (self.batch(split, idx) for idx in order)
+        pad = model.config.pad_id if self.target_pad else None
+        out = teacher_forced(model, batches, model.config.eps_ls, pad, predictions)
+        if not predictions:
+            out["examples"] = len(widths)
+            return out
+        m, (pred, gold) = out
+        m["examples"] = len(widths)
+        where = np.concatenate(order)  # batches go in length order: put rows back
+        in_order = np.empty_like(pred), np.empty_like(gold)
+        in_order[0][where], in_order[1][where] = pred, gold
+        return m, *in_order
+
+    def test(self, model, max_tokens: int, examples: int, seed: int):
+        """``(metrics, [example])`` of ``model`` on the test set; the base class reports
+        the teacher-forced metrics and no examples."""
+        return self.evaluate(model, "test", max_tokens), []
+
+    # -- reporting ---------------------------------------------------------------------------
+    #: metric keys shown (in this order) after a validation and for the test set
+    shown_valid: tuple = ("loss", "ppl")
+    shown_test: tuple = ("loss", "ppl")
+
+    def format_example(self, example) -> str:
+        return f"  {example}"
+
+    def meta(self) -> dict:
+        return {"task": self.name, "tokenizer": self.tokenizer.to_dict()}
+
+    def notes(self) -> list[str]:
+        """Lines about the data worth printing once at the start."""
+        return []
+
+
+def pad_rows(rows, pad_id: int):
+    """Lists of ids -> (B, T) host int64 array right-padded with ``pad_id``."""
+    np = backend.np
+    T = max(len(r) for r in rows)
+    a = np.full((len(rows), T), pad_id, dtype=np.int64)
+    for i, r in enumerate(rows):
+        a[i, : len(r)] = r
+    return a
+
+
+def settings_fields(cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+__all__ = [
+    "TOKENIZER_KEYS",
+    "Task",
+    "TaskBatch",
+    "check_decoding",
+    "check_settings",
+    "need",
+    "pad_rows",
+    "settings_fields",
+]

@@ -1,0 +1,210 @@
+"""Sequence-to-sequence tasks for the encoder-decoder Transformer: the built-in string
+tasks (copy, reverse, sort) and translation.
+
+An example is a pair of id lists ``(source, target)``; its batch rows are ``src``,
+``tgt_in = <bos> target`` and ``tgt_out = target <eos>`` (``scratchformer.data.collate``).
+Validation is teacher-forced; the test set is decoded for real (beam search or greedy)
+and scored by exact-sequence accuracy, and for translation also by sacreBLEU's BLEU and
+chrF on the detokenized output.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from scratchformer.bleu import ScoringError, corpus_scores
+from scratchformer.data.batching import collate, example_widths, fixed_batches
+from scratchformer.data.tasks import string_task, translation_task
+from scratchformer.models import Transformer
+from scratchformer.train.evaluation import decode_outputs
+from scratchformer.train.tasks.base import Task, TaskBatch, check_decoding, check_settings, need
+
+
+def pair_batch(pairs, indices) -> TaskBatch:
+    """The ``TaskBatch`` of the (source ids, target ids) ``pairs`` at ``indices``."""
+    b = collate([pairs[i] for i in indices], indices=indices)
+    return TaskBatch((b.src, b.tgt_in), b.tgt_out, b.n_tokens)
+
+
+def pair_batches(pairs, max_tokens: int):
+    """``pairs`` in evaluation batches of at most ``max_tokens`` (length order)."""
+    widths = example_widths(pairs)
+    for idx in fixed_batches(widths, max(max_tokens, int(widths.max()))):
+        yield pair_batch(pairs, idx)
+
+
+@dataclass
+class StringSettings:
+    """[task] of copy, reverse and sort (defaults: configs/reverse.toml)."""
+
+    name: str  # "copy", "reverse" or "sort"
+    symbols: int  # alphabet: the first `symbols` lowercase letters
+    min_len: int  # shortest source
+    max_len: int  # longest source
+    train_size: int  # training pairs (sampled with replacement)
+    valid_size: int  # validation pairs (held-out sources)
+    test_size: int  # test pairs (held-out sources)
+    held_out: float  # share of all source strings reserved for validation and test
+    seed: int  # the data's seed
+    decode: str  # test-time decoding: "beam" or "greedy"
+    beam_size: int
+    alpha: float  # GNMT length penalty of beam search
+
+    def check(self) -> None:
+        check_settings(self)
+        check_decoding(self)
+
+
+@dataclass
+class TranslateSettings:
+    """[task] of translate (defaults: configs/bible-cpu.toml)."""
+
+    name: str  # "translate"
+    data_dir: str  # the directory of {train,dev,test}.tsv
+    vocab_size: int  # joint BPE vocabulary size (specials included)
+    max_len: int  # training pairs with a side longer than this (BPE tokens) are left out
+    decode: str
+    beam_size: int
+    alpha: float
+
+    def check(self) -> None:
+        check_settings(self)
+        check_decoding(self)
+
+
+class Seq2SeqTask(Task):
+    """Shared by the string tasks and translation: ``self.data`` is a ``TaskData``."""
+
+    min_len = 0  # fewest output tokens of test-time decoding
+    shown_valid = ("loss", "ppl", "token_acc", "seq_acc")
+    shown_test = ("seq_acc_decoded", "token_acc", "ppl")
+
+    def examples(self, split: str) -> list:
+        return self.data.encoded(split)
+
+    def configure(self, model: dict, seed: int):
+        config = super().configure(model, seed)
+        splits = ("train", "valid", "test")
+        longest = max(int(self.widths(split).max()) for split in splits)
+        need(
+            config.max_len >= longest,
+            f"model.max_len={config.max_len} is shorter than the longest example "
+            f"({longest} positions, the target's <bos>/<eos> included): raise model.max_len",
+        )
+        return config
+
+    def build_model(self, config):
+        return Transformer(config)
+
+    def widths(self, split: str):
+        return example_widths(self.examples(split))
+
+    def batch(self, split: str, indices) -> TaskBatch:
+        return pair_batch(self.examples(split), indices)
+
+    def decoding(self) -> str:
+        s = self.settings
+        return f"beam {s.beam_size}, alpha {s.alpha}" if s.decode == "beam" else "greedy"
+
+    def test(self, model, max_tokens: int, examples: int, seed: int):
+        m, shown, _ = self.decode_test(model, max_tokens, examples)
+        return m, shown
+
+    def decode_test(self, model, max_tokens: int, examples: int):
+        """Teacher-forced metrics, then the test sources decoded for real: exact-sequence
+        accuracy of the decoded outputs (``seq_acc_decoded``). Returns ``(metrics, the
+        first ``examples`` (source, target, output) texts, every output's ids)``."""
+        s = self.settings
+        m = self.evaluate(model, "test", max_tokens)
+        pairs = self.examples("test")
+        t0 = time.perf_counter()
+        outputs = decode_outputs(
+            model, [x for x, _ in pairs], s.decode, s.beam_size, s.alpha, self.min_len
+        )
+        m["seq_acc_decoded"] = sum(o == list(y) for o, (_, y) in zip(outputs, pairs)) / len(pairs)
+        m["decode"] = self.decoding()
+        m["decode_seconds"] = time.perf_counter() - t0
+        texts = self.data.test
+        shown = [(src, tgt, self.tokenizer.decode(o)) for (src, tgt), o in zip(texts, outputs)]
+        return m, shown[:examples], outputs
+
+    def format_example(self, example) -> str:
+        src, tgt, out = example
+        verdict = "ok" if out == tgt else f"WRONG, want {tgt!r}"
+        return f"  {src!r:16} -> {out!r:16} {verdict}"
+
+
+class StringTask(Seq2SeqTask):
+    """copy, reverse, sort: generated strings, never downloaded."""
+
+    Settings = StringSettings
+    config = "reverse"
+    kinds = ("copy", "reverse", "sort")
+
+    def __init__(self, settings: StringSettings):
+        super().__init__(settings)
+        s = settings
+        self.data = string_task(
+            s.name,
+            symbols=s.symbols,
+            min_len=s.min_len,
+            max_len=s.max_len,
+            train_size=s.train_size,
+            valid_size=s.valid_size,
+            test_size=s.test_size,
+            held_out=s.held_out,
+            seed=s.seed,
+        )
+        self.tokenizer = self.data.tokenizer
+
+
+class TranslateTask(Seq2SeqTask):
+    """Sentence pairs from TSV files with a joint SentencePiece BPE; BLEU at test time."""
+
+    Settings = TranslateSettings
+    config = "bible-cpu"
+    kinds = ("translate",)
+    min_len = 1  # a non-empty sentence never translates to nothing (fairseq's default)
+    shown_test = ("bleu", "chrf", "seq_acc_decoded", "token_acc", "ppl")
+
+    def __init__(self, settings: TranslateSettings):
+        super().__init__(settings)
+        s = settings
+        self.data = translation_task(s.data_dir, vocab_size=s.vocab_size, max_len=s.max_len)
+        self.tokenizer = self.data.tokenizer
+
+    def notes(self) -> list[str]:
+        if not self.data.dropped:
+            return []
+        return [
+            f"left out {self.data.dropped} training pairs longer than task.max_len="
+            f"{self.settings.max_len} tokens"
+        ]
+
+    def test(self, model, max_tokens: int, examples: int, seed: int):
+        """As for every sequence-to-sequence task, plus corpus BLEU and chrF of the
+        detokenized outputs (none when sacreBLEU is not installed)."""
+        m, shown, outputs = self.decode_test(model, max_tokens, examples)
+        hyps = [self.tokenizer.decode(o) for o in outputs]
+        try:
+            scores = corpus_scores(hyps, [t for _, t in self.data.test])
+        except ScoringError as e:
+            m["bleu_missing"] = str(e)
+        else:
+            m.update({k: scores[k] for k in ("bleu", "chrf", "bleu_signature")})
+        return m, shown
+
+    def format_example(self, example) -> str:
+        src, tgt, out = example
+        return f"  source:    {src}\n  reference: {tgt}\n  output:    {out}"
+
+
+__all__ = [
+    "pair_batch",
+    "pair_batches",
+    "StringSettings",
+    "StringTask",
+    "TranslateSettings",
+    "TranslateTask",
+]
