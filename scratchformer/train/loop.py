@@ -125,6 +125,7 @@ class Trainer:
         self.seconds_before = 0.0  # training wall time of earlier sessions (resume)
         self.t_start = time.perf_counter()  # of this session
         self.tokens_seen_here = 0  # in this session
+        self.aside_seconds = 0.0  # of this session's validations and checkpoints
         self.last_checkpoint: Path | None = None
         if resume:
             self._resume(resume, overwrite)
@@ -295,7 +296,8 @@ class Trainer:
         if final_eval:
             test, examples, averaged = self.final_evaluation()
         elapsed = time.perf_counter() - t_start
-        speed = self.tokens_seen_here / max(train_seconds, 1e-9)
+        # tokens/s of the steps alone: validation and saving are left out
+        speed = self.tokens_seen_here / max(train_seconds - self.aside_seconds, 1e-9)
         self.echo(
             f"done: step {self.step}, {len(losses)} steps in {report.clock(train_seconds)} "
             f"({speed:,.0f} tokens/s), {report.clock(elapsed)} with evaluation"
@@ -322,7 +324,7 @@ class Trainer:
         stopped early or "")``."""
         t = self.cfg.train
         losses, valid, stopped = [], [], ""
-        self.tokens_seen_here = 0
+        self.tokens_seen_here, self.aside_seconds = 0, 0.0
         window = Window()
         bar = tqdm(
             total=t.steps,
@@ -364,7 +366,9 @@ class Trainer:
                     bar.write(report.valid_line(s, t.steps, m, self.task.shown_valid))
                 if (t.checkpoint_every and s % t.checkpoint_every == 0) or last:
                     self.save()
-                window.t0 += time.perf_counter() - t_aside  # tokens/s: not validation, saving
+                aside = time.perf_counter() - t_aside
+                window.t0 += aside  # tokens/s: not validation, saving
+                self.aside_seconds += aside
                 if stopped:
                     bar.write(stopped + " (continue with --resume)")
                     break

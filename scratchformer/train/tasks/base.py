@@ -24,7 +24,6 @@ Splits are named "train", "valid" and "test".
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import NamedTuple
 
@@ -177,10 +176,6 @@ def pad_rows(rows, pad_id: int):
     return a
 
 
-def settings_fields(cls) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
-
-
 __all__ = [
     "TOKENIZER_KEYS",
     "Task",
@@ -189,5 +184,4 @@ __all__ = [
     "check_settings",
     "need",
     "pad_rows",
-    "settings_fields",
 ]
