@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
+from scratchformer import __version__
 from scratchformer.errors import ScratchformerError
 
 #: Modules that contribute sub-commands, in the order ``--help`` lists them.
@@ -37,11 +39,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="array backend (default: $SCRATCHFORMER_BACKEND or numpy)",
     )
+    parser.add_argument("--version", action="version", version=f"scratchformer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
         importlib.import_module(name).add_parser(sub)
+    _plain_help(parser)
     return parser
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    """Help as plain text: the commands' descriptions are their module docstrings, whose
+    ``literal`` marks are for the API documentation; the layout of their examples is kept."""
+    if parser.description:
+        parser.description = re.sub(r"``([^`]+)``", r"\1", parser.description)
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _plain_help(sub)
 
 
 def main(argv=None) -> int:

@@ -130,10 +130,19 @@ def numeric_gradient(f, x, indices, h: float = DEFAULT_H):
 
 
 def check_gradients(
-    f, arrays: dict, analytic: dict, *, h=DEFAULT_H, tol=DEFAULT_TOL, max_entries=None, seed=0
+    f,
+    arrays: dict,
+    analytic: dict,
+    *,
+    h=DEFAULT_H,
+    tol=DEFAULT_TOL,
+    max_entries=None,
+    seed=0,
+    progress=None,
 ) -> GradReport:
     """The engine: ``f()`` reads ``arrays`` (name -> float64 array, perturbed in place and
-    restored); ``analytic`` holds the backward pass's gradient for each name."""
+    restored); ``analytic`` holds the backward pass's gradient for each name.
+    ``progress``: called with the number of entries of each tensor once it is checked."""
     sampler = backend.host_rng(seed)
     report = GradReport(tol=tol)
     for name, x in arrays.items():
@@ -148,6 +157,8 @@ def check_gradients(
         report.rows.append(
             GradCheckRow(name, tuple(x.shape), rel, abs_err, len(idx), int(x.size), rel < tol)
         )
+        if progress is not None:
+            progress(len(idx))
     return report
 
 
@@ -272,12 +283,13 @@ def check_model(
     max_entries=20,
     seed=0,
     names=None,
+    progress=None,
 ) -> GradReport:
     """Check every parameter of a whole encoder-decoder's label-smoothed loss.
 
     ``rng=<int>`` turns dropout on with replayed masks. Large tensors are checked on a
     seeded sample of ``max_entries`` entries (None checks all); ``names`` restricts the
-    check to some parameters.
+    check to some parameters; ``progress`` is as for ``check_gradients``.
     """
     m = copy.deepcopy(model).astype(xp.float64)
     seed_rng = rng
@@ -299,4 +311,6 @@ def check_model(
             raise KeyError(f"no such parameters: {unknown}")
         params = {k: params[k] for k in names}
     analytic = {k: grads[k] for k in params}
-    return check_gradients(f, params, analytic, h=h, tol=tol, max_entries=max_entries, seed=seed)
+    return check_gradients(
+        f, params, analytic, h=h, tol=tol, max_entries=max_entries, seed=seed, progress=progress
+    )

@@ -2,6 +2,8 @@
 again on CuPy when a GPU is present, and show as skipped (never silently passed) when
 it is not."""
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -40,3 +42,17 @@ def f64():
 @pytest.fixture
 def nprng():
     return np.random.default_rng(1234)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per reason a test was skipped, with the count per backend, in place of
+    a line per test (the CuPy copies alone are hundreds on a machine without a GPU)."""
+    counts = Counter()
+    for rep in terminalreporter.stats.get("skipped", []):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        backend = "cupy" if "gpu" in rep.keywords else "numpy"
+        counts[reason.removeprefix("Skipped: "), backend] += 1
+    if counts:
+        terminalreporter.write_sep("-", "skipped")
+    for (reason, backend), n in sorted(counts.items()):
+        terminalreporter.write_line(f"{n} skipped on {backend}: {reason}")

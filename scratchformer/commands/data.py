@@ -11,9 +11,10 @@
                                     in data/bible-kjv-web/. Chapters whose verse numbering
                                     differs between the texts are dropped (listed with -v).
 
-Both read the World English Bible from the Debian package ``sword-text-web`` with the
-``pysword`` reader and split by chapter (a hash of "Book.chapter"), so that no chapter
-has verses on both sides. Install once:
+All three read the Bibles from Debian's SWORD packages (``sword-text-web``, and for
+``bible`` also ``sword-text-sparv`` or ``sword-text-kjv``) with the ``pysword`` reader,
+and split by chapter (a hash of "Book.chapter"), so that no chapter has verses on both
+sides of a split. Install once:
 
     sudo apt-get install -y sword-text-web       (or apt-get download + dpkg-deb -x, and
     pip install -e '.[data]'                      --sword-path DIR/usr/share/sword)
@@ -32,7 +33,7 @@ import time
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "data",
-        help="prepare the real data sets (Bible genre classification, WEB text for the LM)",
+        help="prepare the real data sets (translation pairs, genre labels, text for the LM)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

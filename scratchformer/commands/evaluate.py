@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from scratchformer.commands import plural, progress_bar
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
 from scratchformer.train import evaluation
@@ -81,6 +82,7 @@ def run(args) -> int:
         pairs = pairs[: args.limit]
     sources, refs = [s for s, _ in pairs], [t for _, t in pairs]
     t0 = time.perf_counter()
+    bar = progress_bar(len(sources), f"decoding {args.split}", "sentence")
     hyps = translate(
         ckpt.model,
         tok,
@@ -92,8 +94,10 @@ def run(args) -> int:
         max_len_b=args.max_len_b,
         min_len=args.min_len,
         batch_size=args.batch_size,
+        progress=bar.update,
     )
     dt = time.perf_counter() - t0
+    bar.close()
     out_tokens = sum(len(tok.encode(h)) + 1 for h in hyps)  # re-encoded, + <eos>: ~ generated
     scores_tf = teacher_forced(ckpt.model, tok, pairs)
     if args.output:
@@ -116,8 +120,9 @@ def run(args) -> int:
         }
         print(json.dumps(rec))
     else:
-        print(f"{args.split}: {len(pairs)} sentences, {how}, step {ckpt.step}, {dt:.1f} s")
-        print(f"BLEU = {scores['bleu']:.2f}  ({scores['bleu_detail']})")
+        n = plural(len(pairs), "sentence")
+        print(f"{args.split}: {n}, {how}, step {ckpt.step}, {dt:.1f} s")
+        print(scores["bleu_detail"])  # "BLEU = 28.15 60.2/34.1/... (BP = ...)"
         print(f"  signature: {scores['bleu_signature']}")
         print(f"chrF = {scores['chrf']:.2f}")
         print(f"  signature: {scores['chrf_signature']}")
@@ -127,6 +132,6 @@ def run(args) -> int:
                 f"{scores_tf['ppl_sentences']} of {len(pairs)} sentences, "
                 f"{scores_tf['ppl_tokens']} target tokens)"
             )
-        print(f"decoding: {out_tokens / dt:.0f} output tokens/s ({len(pairs)} sentences)")
+        print(f"decoding: {out_tokens / dt:.0f} output tokens/s ({plural(len(pairs), 'sentence')})")
     print(f"evaluated in {dt:.1f} s", file=sys.stderr)
     return 0

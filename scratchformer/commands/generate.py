@@ -1,8 +1,8 @@
-"""``scratchformer generate``: sample text from a trained language model.
+r"""``scratchformer generate``: sample text from a trained language model.
 
-    scratchformer generate --checkpoint runs/lm-web/checkpoints/checkpoint_3600.npz
-    scratchformer generate --checkpoint ... --prompt "In the beginning" --temperature 0.8 \
-        --top-k 20 --num 3 --seed 1
+    scratchformer generate --checkpoint runs/lm/checkpoints/averaged.npz
+    scratchformer generate --checkpoint runs/lm/checkpoints/averaged.npz --num 3 --seed 1 \
+        --prompt "In the beginning" --temperature 0.8 --top-k 20
 
 Each sample starts with ``<bos>`` followed by the prompt, and continues until ``<eos>``
 (the end of a verse) or ``--max-new`` tokens. ``--temperature 0`` is greedy decoding;

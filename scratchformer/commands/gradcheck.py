@@ -16,6 +16,7 @@ import time
 
 from scratchformer import backend
 from scratchformer.backend import xp
+from scratchformer.commands import progress_bar
 from scratchformer.errors import ScratchformerError
 from scratchformer.gradcheck import DEFAULT_H, DEFAULT_TOL, check_model, rel_error
 from scratchformer.models import PRESETS, Transformer, TransformerConfig
@@ -102,6 +103,9 @@ def run(args) -> int:
         cfg = _config(args, norm)
         model = Transformer(cfg)
         t0 = time.perf_counter()
+        sizes = [int(p.size) for p in model.parameters().values()]
+        total = sum(min(n, samples) if samples else n for n in sizes)
+        bar = progress_bar(total, f"checking {norm}-LN", "entry")
         report = check_model(
             model,
             src,
@@ -111,7 +115,9 @@ def run(args) -> int:
             max_entries=samples or None,
             tol=args.tol,
             seed=args.seed,
+            progress=bar.update,
         )
+        bar.close()
         dt = time.perf_counter() - t0
         print(
             f"\n== {args.preset} encoder-decoder, {norm}-LN, N={args.layers}, "

@@ -45,7 +45,9 @@ def add_parser(sub) -> None:
     )
     a.add_argument("--layer", type=int, nargs="+", help="layers to draw (default: all)")
     a.add_argument("--head", type=int, nargs="+", help="heads to draw (default: all)")
-    a.add_argument("-o", "--out-dir", default=".", help="folder for attention_<kind>.png")
+    a.add_argument(
+        "-o", "--out-dir", help="folder for attention_<kind>.png (default: the run directory)"
+    )
     a.set_defaults(func=run_attention)
 
     q = plots.add_parser(
@@ -58,7 +60,9 @@ def add_parser(sub) -> None:
     q.add_argument("--positions", type=int, default=100, help="number of positions drawn")
     q.add_argument("--checkpoint", help="draw this model's table (checkpoint or run dir)")
     q.add_argument("--stack", choices=["encoder", "decoder"], default="encoder")
-    q.add_argument("-o", "--out", default="positional.png")
+    q.add_argument(
+        "-o", "--out", help="default: positional.png, in the run directory with --checkpoint"
+    )
     q.set_defaults(func=run_positional)
 
     s = plots.add_parser(
@@ -83,11 +87,20 @@ def add_parser(sub) -> None:
         "'scratchformer train'): loss, perplexity, learning rate, BLEU and accuracy.",
     )
     c.add_argument("metrics", help="a metrics.jsonl file, or a run directory holding one")
-    c.add_argument("-o", "--out", default="curves.png")
+    c.add_argument("-o", "--out", help="default: curves.png in the run directory")
     c.set_defaults(func=run_curves)
 
 
 # -- attention ------------------------------------------------------------------------------
+def run_dir_of(path: Path) -> Path:
+    """The run directory a checkpoint or metrics file belongs to (runs/<name>/checkpoints/
+    x.npz -> runs/<name>), or the directory itself."""
+    path = Path(path)
+    if path.is_dir():
+        return path
+    return path.parent.parent if path.parent.name == "checkpoints" else path.parent
+
+
 def _checkpoint_path(path) -> Path:
     """A checkpoint file, or the newest checkpoint of a run directory."""
     from scratchformer.checkpoint import latest_checkpoint  # noqa: PLC0415
@@ -151,7 +164,7 @@ def run_attention(args) -> int:
     print(f"checkpoint {ck.path} ({step}, N={cfg.N}, h={cfg.h}, d_model={cfg.d_model})")
     print(f"source: {args.source!r}  ->  target ({how}): {tok.decode(tgt_ids)!r}")
     for kind in kinds:
-        out = Path(args.out_dir) / f"attention_{kind}.png"
+        out = Path(args.out_dir or run_dir_of(ck.path)) / f"attention_{kind}.png"
         title = f"{ATTENTION_KINDS[kind][0]}  ({step}"
         title += ")" if kind == "encoder" else f"; target: {how})"
         viz.plot_attention(
@@ -204,7 +217,10 @@ def run_positional(args) -> int:
                 f"{ck.path.name} uses the fixed sinusoids: {n} positions x d_model = {cfg.d_model}"
             )
             sinusoidal = True
-    out = viz.plot_positional(table, args.out, title=title, sinusoidal=sinusoidal)
+    where = run_dir_of(ck.path) if args.checkpoint is not None else Path(".")
+    out = viz.plot_positional(
+        table, args.out or where / "positional.png", title=title, sinusoidal=sinusoidal
+    )
     print(f"wrote {out} ({' x '.join(map(str, viz.png_size(out)))})")
     return 0
 
@@ -229,6 +245,7 @@ def run_curves(args) -> int:
     if path.is_dir():
         path = path / "metrics.jsonl"
     records = viz.read_metrics(path)
-    out = viz.plot_curves(records, args.out, title=f"training curves: {path}")
+    out = args.out or run_dir_of(path) / "curves.png"
+    out = viz.plot_curves(records, out, title=f"training curves: {path}")
     print(f"wrote {out} ({' x '.join(map(str, viz.png_size(out)))}) from {len(records)} records")
     return 0

@@ -47,6 +47,7 @@ FLAGS = {
     "max_tokens": "train.max_tokens",
     "accum_steps": "train.accum_steps",
     "time_limit": "train.time_limit",
+    "log_every": "train.log_every",
     "eval_every": "train.eval_every",
     "checkpoint_every": "train.checkpoint_every",
     "threads": "train.threads",
@@ -73,6 +74,7 @@ def add_parser(sub) -> None:
     p.add_argument("--max-tokens", type=int, help="token budget per micro-batch")
     p.add_argument("--accum-steps", type=int, help="micro-batches per optimizer step")
     p.add_argument("--time-limit", type=float, help="stop after this many seconds of training")
+    p.add_argument("--log-every", type=int, help="steps between log records and lines")
     p.add_argument("--eval-every", type=int, help="steps between validations")
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints")
     p.add_argument("--threads", type=int, help="BLAS threads (0 = the BLAS default)")
@@ -100,6 +102,9 @@ def add_parser(sub) -> None:
         help="start afresh in a run directory that holds an earlier run (deleting it)",
     )
     p.add_argument("--no-progress", action="store_true", help="a log line per log_every steps")
+    p.add_argument(
+        "--no-test", action="store_true", help="skip judging the test set at the end (train.test)"
+    )
     p.set_defaults(func=run)
 
 
@@ -112,6 +117,8 @@ def override_layers(args) -> list[tuple[dict, str]]:
             d: dict = {}
             set_dotted(d, dotted, value)
             layers.append((d, f"--{dest.replace('_', '-')}"))
+    if getattr(args, "no_test", False):
+        layers.append(({"train": {"test": False}}, "--no-test"))
     for item in args.set:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE")

@@ -21,6 +21,7 @@ import sys
 import time
 from contextlib import ExitStack
 
+from scratchformer.commands import plural, progress_bar
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
 
@@ -62,11 +63,13 @@ def run(args) -> int:
             else stack.enter_context(open(args.input, encoding="utf-8"))
         )
         sentences = [line.rstrip("\r\n") for line in src]
+    bar = progress_bar(sum(1 for s in sentences if s.strip()), "translating", "sentence")
     options = dict(
         max_len_a=args.max_len_a,
         max_len_b=args.max_len_b,
         min_len=args.min_len,
         batch_size=args.batch_size,
+        progress=bar.update,
     )
     t0 = time.perf_counter()
     if args.greedy:
@@ -100,6 +103,7 @@ def run(args) -> int:
                 h = t.hypothesis
                 lines.append(f"{i}\t{rank}\t{h.score:.6f}\t{h.logprob:.6f}\t{t.text}")
     dt = time.perf_counter() - t0
+    bar.close()
     with ExitStack() as stack:
         out = (
             sys.stdout
@@ -110,7 +114,7 @@ def run(args) -> int:
             out.write(line + "\n")
     how = "greedy" if args.greedy else f"beam {args.beam}, alpha {args.alpha}"
     print(
-        f"translated {len(sentences)} sentences in {dt:.2f} s ({how}, step {ckpt.step})",
+        f"translated {plural(len(sentences), 'sentence')} in {dt:.2f} s ({how}, step {ckpt.step})",
         file=sys.stderr,
     )
     return 0

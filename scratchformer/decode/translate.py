@@ -88,9 +88,11 @@ def translate_nbest(
     min_len=1,
     no_repeat_ngram_size=0,
     batch_size=32,
+    progress=None,
 ) -> list[list[Translation]]:
     """Beam-search ``sentences`` (a list of str); per sentence up to ``nbest``
-    ``Translation``s, best first (an empty list for an empty sentence)."""
+    ``Translation``s, best first (an empty list for an empty sentence). ``progress``:
+    called with the number of sentences of each batch once it is decoded."""
     encoded = _encode_all(model, tokenizer, sentences)
     out: list[list[Translation]] = [[] for _ in encoded]
     for idx in _batches(encoded, batch_size):
@@ -108,6 +110,8 @@ def translate_nbest(
         )
         for i, hyps in zip(idx, results):
             out[i] = [Translation(tokenizer.decode(h.tokens), h) for h in hyps]
+        if progress is not None:
+            progress(len(idx))
     return out
 
 
@@ -124,11 +128,13 @@ def translate(
     no_repeat_ngram_size=0,
     batch_size=32,
     greedy=False,
+    progress=None,
 ) -> list[str]:
     """The best translation of each sentence (``""`` for an empty one).
 
     ``greedy=True`` uses greedy decoding (beam_size, alpha and no_repeat_ngram_size are
-    then unused).
+    then unused). ``progress``: called with the number of sentences of each batch once
+    it is decoded.
     """
     if not greedy:
         nb = translate_nbest(
@@ -143,6 +149,7 @@ def translate(
             min_len=min_len,
             no_repeat_ngram_size=no_repeat_ngram_size,
             batch_size=batch_size,
+            progress=progress,
         )
         return [t[0].text if t else "" for t in nb]
     encoded = _encode_all(model, tokenizer, sentences)
@@ -151,6 +158,8 @@ def translate(
         src = _pad(encoded, idx, model.config.pad_id)
         for i, ids in zip(idx, greedy_decode(model, src, max_len_a, max_len_b, min_len)):
             out[i] = tokenizer.decode(ids)
+        if progress is not None:
+            progress(len(idx))
     return out
 
 

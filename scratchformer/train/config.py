@@ -92,6 +92,7 @@ RESUMABLE = {
     "train.checkpoint_every",
     "train.keep_checkpoints",
     "train.average_last",
+    "train.test",
     "train.examples",
     "train.threads",
 }
@@ -145,6 +146,7 @@ class LoopConfig:
     checkpoint_every: int  # steps between checkpoints; 0 = only at the end
     keep_checkpoints: int  # keep only the newest k checkpoints; 0 keeps all
     average_last: int  # final model = mean of the last k checkpoints; 0 = off
+    test: bool  # judge the test set at the end
     examples: int  # test examples printed at the end
     threads: int  # BLAS threads; 0 = the BLAS default
 

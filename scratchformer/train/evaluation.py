@@ -77,20 +77,34 @@ def teacher_forced(model, batches, eps_ls: float, pad_id: int | None, prediction
 
 
 def decode_outputs(
-    model, sources, method: str, beam_size: int, alpha: float, min_len: int, batch_size: int = 64
+    model,
+    sources,
+    method: str,
+    beam_size: int,
+    alpha: float,
+    min_len: int,
+    batch_size: int = 64,
+    progress=None,
 ) -> list[list[int]]:
     """Decode ``sources`` (lists of ids) with ``method`` "beam" (``beam_search``, best
     hypothesis) or "greedy" (``greedy_decode``); returns the output ids of each, in order.
-    ``min_len``: fewest output tokens (translation uses 1: never an empty sentence)."""
-    outputs = []
-    for start in range(0, len(sources), batch_size):
-        chunk = [(s, []) for s in sources[start : start + batch_size]]
-        src = backend.asarray(collate(chunk).src)
+    ``min_len``: fewest output tokens (translation uses 1: never an empty sentence);
+    ``progress``: called with the number of sources of each batch once it is decoded.
+    Sources are batched by length (the searches do not depend on the batch)."""
+    outputs: list = [None] * len(sources)
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # less padding
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        src = backend.asarray(collate([(sources[i], []) for i in idx]).src)
         if method == "beam":
             hyps = beam_search(model, src, beam_size=beam_size, alpha=alpha, min_len=min_len)
-            outputs += [list(h[0].tokens) for h in hyps]
+            found = [list(h[0].tokens) for h in hyps]
         else:
-            outputs += [list(y) for y in greedy_decode(model, src, min_len=min_len)]
+            found = [list(y) for y in greedy_decode(model, src, min_len=min_len)]
+        for i, out in zip(idx, found):
+            outputs[i] = out
+        if progress is not None:
+            progress(len(idx))
     return outputs
 
 

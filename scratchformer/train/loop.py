@@ -397,31 +397,47 @@ class Trainer:
         average of the last checkpoints; print the final model's examples.
 
         Returns ``(metrics of the final model, its examples, averaged.npz or None)``; the
-        final model is the averaged one when averaging is on.
+        final model is the averaged one when averaging is on. With ``train.test`` off only
+        the average is made.
         """
         t = self.cfg.train
-        n_test = self.task.sizes()["test"]
-        keys = self.task.shown_test
-        self.echo(f"\ntest set: {n_test} examples never seen in training")
-        m_last, examples = self.task.test(self.model, t.max_tokens, t.examples, self.cfg.seed)
-        self.log({"kind": "test", "step": self.step, "model": "last", **m_last})
-        rows = [(f"last checkpoint (step {self.step})", m_last)]
-        m = m_last
         avg_model, avg_steps, averaged = self.average_model()
+        if not t.test:
+            self.echo("\ntest set: not judged (train.test = false)")
+            return None, [], averaged
+        self.echo(f"\ntest set: {self.task.sizes()['test']} examples never seen in training")
+        m_last, examples = self._test(self.model, "last checkpoint")
+        m = m_last
+        rows = [(f"last checkpoint (step {self.step})", m_last)]
+        self.log({"kind": "test", "step": self.step, "model": "last", **m_last})
         if avg_model is not None:
-            m, examples = self.task.test(avg_model, t.max_tokens, t.examples, self.cfg.seed)
+            m, examples = self._test(avg_model, "averaged model")
             self.log({"kind": "test", "step": self.step, "model": "averaged", **m})
             steps = ", ".join(map(str, avg_steps))
             rows.append((f"average of the last {len(avg_steps)} checkpoints ({steps})", m))
         for ex in examples:
             self.echo(self.task.format_example(ex))
         for label, mm in rows:
-            self.echo(f"  {label}: {report.metrics_text(mm, keys)}")
+            self.echo(f"  {label}: {report.metrics_text(mm, self.task.shown_test)}")
         if "bleu_signature" in m:
             self.echo(f"  sacreBLEU signature: {m['bleu_signature']}")
         if "bleu_missing" in m:
             self.echo(f"  (no BLEU: {m['bleu_missing']})")
         return m, examples, averaged
+
+    def _test(self, model, which: str):
+        """``task.test`` of ``model``, its long stages shown: a progress bar, or a line
+        every 10 s without one."""
+        t, n = self.cfg.train, self.task.sizes()["test"]
+        what = f"test set, {which}"
+        if self.progress:
+            counter = tqdm(total=n, desc=what, unit="example", leave=False, dynamic_ncols=True)
+        else:
+            counter = report.Ticker(n, what, self.echo)
+        try:
+            return self.task.test(model, t.max_tokens, t.examples, self.cfg.seed, counter.update)
+        finally:
+            counter.close()
 
 
 def train(

@@ -16,6 +16,7 @@ The periodic line is printed every ``log_every`` steps when there is no progress
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 
@@ -100,6 +101,27 @@ def header(cfg, task, model, batches_per_epoch: int, run_dir) -> list[str]:
     ]
 
 
+class Ticker:
+    """Progress for logs without a progress bar: ``update(n)`` counts work done, and a line
+    ``  <what>: done/total (elapsed)`` is printed at most every ``every`` seconds, so a
+    long stage is never silent."""
+
+    def __init__(self, total: int, what: str, echo, every: float = 10.0):
+        self.total, self.what, self.echo, self.every = total, what, echo, every
+        self.done = 0
+        self.t0 = self.last = time.perf_counter()
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.perf_counter()
+        if now - self.last >= self.every and self.done < self.total:
+            self.echo(f"  {self.what}: {self.done}/{self.total} ({clock(now - self.t0)})")
+            self.last = now
+
+    def close(self) -> None:
+        pass
+
+
 def files_written(run_dir: Path, checkpoints: list, averaged: Path | None) -> list[str]:
     """The closing list of every file of the run directory this run wrote or kept."""
     lines = [f"files in {run_dir}:", "  config.json        the resolved configuration"]
@@ -115,6 +137,7 @@ def files_written(run_dir: Path, checkpoints: list, averaged: Path | None) -> li
 
 __all__ = [
     "FORMATS",
+    "Ticker",
     "clock",
     "files_written",
     "header",

@@ -12,8 +12,9 @@ validation, checkpoints, averaging, exact resume, the time limit, threads). A ta
     widths(split)          -> (N,) padded width of each example (token-budget batching)
     batch(split, indices)  -> TaskBatch: the model's inputs, the targets, tokens counted
     evaluate(model, split, max_tokens, limit)   teacher-forced metrics (validation)
-    test(model, max_tokens, examples, seed)     the test set judged as the task is used:
-                           decoded, sampled or classified; -> (metrics, examples)
+    test(model, max_tokens, examples, seed, progress)   the test set judged as the task
+                           is used: decoded, sampled or classified; -> (metrics,
+                           examples); ``progress(n)`` is called as long stages advance
     meta()                 what a checkpoint keeps to be used alone: task, tokenizer, ...
 
 Every model's ``loss_forward(*inputs, targets, rng)`` returns the mean loss over its
@@ -145,9 +146,10 @@ class Task:
         in_order[0][where], in_order[1][where] = pred, gold
         return m, *in_order
 
-    def test(self, model, max_tokens: int, examples: int, seed: int):
+    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None):
         """``(metrics, [example])`` of ``model`` on the test set; the base class reports
-        the teacher-forced metrics and no examples."""
+        the teacher-forced metrics and no examples. ``progress``: called with the amount
+        of work done as a long stage (decoding) advances."""
         return self.evaluate(model, "test", max_tokens), []
 
     # -- reporting ---------------------------------------------------------------------------

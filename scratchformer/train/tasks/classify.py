@@ -100,7 +100,7 @@ class ClassifyTask(Task):
         }
         return (m, pred, gold) if predictions else m
 
-    def test(self, model, max_tokens: int, examples: int, seed: int):
+    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None):
         """Test accuracy; the first ``examples`` verses with their predicted genre."""
         m, pred, _ = self.evaluate(model, "test", max_tokens, predictions=True)
         texts = self.texts["test"][:examples]

@@ -107,11 +107,11 @@ class Seq2SeqTask(Task):
         s = self.settings
         return f"beam {s.beam_size}, alpha {s.alpha}" if s.decode == "beam" else "greedy"
 
-    def test(self, model, max_tokens: int, examples: int, seed: int):
-        m, shown, _ = self.decode_test(model, max_tokens, examples)
+    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None):
+        m, shown, _ = self.decode_test(model, max_tokens, examples, progress)
         return m, shown
 
-    def decode_test(self, model, max_tokens: int, examples: int):
+    def decode_test(self, model, max_tokens: int, examples: int, progress=None):
         """Teacher-forced metrics, then the test sources decoded for real: exact-sequence
         accuracy of the decoded outputs (``seq_acc_decoded``). Returns ``(metrics, the
         first ``examples`` (source, target, output) texts, every output's ids)``."""
@@ -119,8 +119,9 @@ class Seq2SeqTask(Task):
         m = self.evaluate(model, "test", max_tokens)
         pairs = self.examples("test")
         t0 = time.perf_counter()
+        sources = [x for x, _ in pairs]
         outputs = decode_outputs(
-            model, [x for x, _ in pairs], s.decode, s.beam_size, s.alpha, self.min_len
+            model, sources, s.decode, s.beam_size, s.alpha, self.min_len, progress=progress
         )
         m["seq_acc_decoded"] = sum(o == list(y) for o, (_, y) in zip(outputs, pairs)) / len(pairs)
         m["decode"] = self.decoding()
@@ -182,10 +183,10 @@ class TranslateTask(Seq2SeqTask):
             f"{self.settings.max_len} tokens"
         ]
 
-    def test(self, model, max_tokens: int, examples: int, seed: int):
+    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None):
         """As for every sequence-to-sequence task, plus corpus BLEU and chrF of the
         detokenized outputs (none when sacreBLEU is not installed)."""
-        m, shown, outputs = self.decode_test(model, max_tokens, examples)
+        m, shown, outputs = self.decode_test(model, max_tokens, examples, progress)
         hyps = [self.tokenizer.decode(o) for o in outputs]
         try:
             scores = corpus_scores(hyps, [t for _, t in self.data.test])
