@@ -1,5 +1,6 @@
 """The command-line interface: ``scratchformer gradcheck`` and error reporting."""
 
+import re
 import subprocess
 import sys
 
@@ -29,3 +30,36 @@ def test_cli_module_entry_point_shows_help():
     )
     assert r.returncode == 0
     assert "gradcheck" in r.stdout
+
+
+def test_version_and_plain_help(capsys):
+    """`--version`; help texts read as plain text (no reStructuredText marks) and their
+    examples are whole commands (no line continuation swallowed)."""
+    import pytest  # noqa: PLC0415
+
+    from scratchformer import __version__  # noqa: PLC0415
+    from scratchformer.cli import COMMANDS  # noqa: PLC0415
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"scratchformer {__version__}"
+    for module in COMMANDS:
+        name = module.rsplit(".", 1)[1]
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        text = capsys.readouterr().out
+        assert "``" not in text, name
+        description = text.split("options:")[0]
+        assert not re.search(r"\d {4,}--\w", description), name  # a "\\" lost at a line end
+    with pytest.raises(SystemExit):
+        main(["data", "--help"])
+    text = capsys.readouterr().out
+    assert "scratchformer data bible" in text and "All three" in text
+
+
+def test_the_package_version_is_written_once():
+    """pyproject.toml takes the version from scratchformer.__version__."""
+    from pathlib import Path  # noqa: PLC0415
+
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and "version = {attr" in pyproject

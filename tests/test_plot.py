@@ -203,3 +203,18 @@ def test_png_size_rejects_a_non_png(tmp_path):
     p.write_bytes(b"GIF89a" + b"\0" * 30)
     with pytest.raises(viz.PlotError, match="not a PNG"):
         viz.png_size(p)
+
+
+def test_plots_of_a_run_go_into_its_directory(mpl, tmp_path, checkpoint, monkeypatch, capsys):
+    """Without -o, a plot of a run is written into the run directory, not where the
+    command happens to be run."""
+    monkeypatch.chdir(tmp_path)
+    run = checkpoint.parent.parent  # tmp_path/run
+    metrics_log(run / "metrics.jsonl")
+    assert main(["plot", "curves", str(run)]) == 0
+    assert_png(run / "curves.png")
+    assert main(["plot", "attention", str(checkpoint), "abc", "--target", "fa"]) == 0
+    assert_png(run / "attention_cross.png")
+    assert main(["plot", "positional", "--checkpoint", str(run)]) == 0
+    assert_png(run / "positional.png")
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == []

@@ -19,9 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from scratchformer.commands import plural, progress_bar
+from scratchformer.commands import plural
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
+from scratchformer.progress import progress_bar
 from scratchformer.train import evaluation
 from scratchformer.train.tasks.seq2seq import pair_batches
 

@@ -16,10 +16,10 @@ import time
 
 from scratchformer import backend
 from scratchformer.backend import xp
-from scratchformer.commands import progress_bar
 from scratchformer.errors import ScratchformerError
 from scratchformer.gradcheck import DEFAULT_H, DEFAULT_TOL, check_model, rel_error
 from scratchformer.models import PRESETS, Transformer, TransformerConfig
+from scratchformer.progress import progress_bar
 
 
 def demo_batch(vocab_size: int, seed: int = 0):

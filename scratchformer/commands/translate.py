@@ -21,9 +21,10 @@ import sys
 import time
 from contextlib import ExitStack
 
-from scratchformer.commands import plural, progress_bar
+from scratchformer.commands import plural
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
+from scratchformer.progress import progress_bar
 
 
 def add_parser(sub) -> None:

@@ -60,6 +60,7 @@ from scratchformer.checkpoint import (
 from scratchformer.data.batching import TokenBatchSampler
 from scratchformer.errors import ConfigError, TrainingDiverged
 from scratchformer.optim import Adam, clip_grad_norm, make_schedule
+from scratchformer.progress import Ticker, clock, progress_bar
 from scratchformer.train import report
 from scratchformer.train.config import TrainConfig, resume_changes
 from scratchformer.train.rundir import (
@@ -70,6 +71,11 @@ from scratchformer.train.rundir import (
 )
 from scratchformer.train.step import Window, accumulate_gradients, dropout_seed
 from scratchformer.train.tasks import TASKS
+
+
+def say(*args) -> None:
+    """The default ``echo``: print at once, so that a log file follows the run."""
+    print(*args, flush=True)
 
 
 @dataclass
@@ -94,9 +100,7 @@ class Trainer:
     ``overwrite`` lets a fresh run replace the files of an earlier one in its directory.
     """
 
-    def __init__(
-        self, cfg: TrainConfig, *, resume=None, overwrite=False, progress=True, echo=print
-    ):
+    def __init__(self, cfg: TrainConfig, *, resume=None, overwrite=False, progress=True, echo=say):
         self.cfg, self.echo, self.progress = cfg, echo, progress
         for note in cfg.notes:
             echo(note)
@@ -299,8 +303,8 @@ class Trainer:
         # tokens/s of the steps alone: validation and saving are left out
         speed = self.tokens_seen_here / max(train_seconds - self.aside_seconds, 1e-9)
         self.echo(
-            f"done: step {self.step}, {len(losses)} steps in {report.clock(train_seconds)} "
-            f"({speed:,.0f} tokens/s), {report.clock(elapsed)} with evaluation"
+            f"done: step {self.step}, {len(losses)} steps in {clock(train_seconds)} "
+            f"({speed:,.0f} tokens/s), {clock(elapsed)} with evaluation"
         )
         kept = [p for _, p in list_checkpoints(self.ckpt_dir)]
         for line in report.files_written(self.run_dir, kept, averaged):
@@ -356,41 +360,49 @@ class Trainer:
                     r["elapsed"] = self.seconds_before + time.perf_counter() - t_start
                     self.log(r)
                     if not self.progress:
-                        self.echo(report.train_line(r, t.steps))
+                        self._line(bar, report.train_line(r, t.steps))
                     window = Window()
                 t_aside = time.perf_counter()
                 if (t.eval_every and s % t.eval_every == 0) or last:
                     m = self.task.evaluate(self.model, "valid", t.max_tokens, t.eval_limit)
                     valid.append({"kind": "valid", "step": s, **m})
                     self.log(valid[-1])
-                    bar.write(report.valid_line(s, t.steps, m, self.task.shown_valid))
+                    self._line(bar, report.valid_line(s, t.steps, m, self.task.shown_valid))
                 if (t.checkpoint_every and s % t.checkpoint_every == 0) or last:
                     self.save()
                 aside = time.perf_counter() - t_aside
                 window.t0 += aside  # tokens/s: not validation, saving
                 self.aside_seconds += aside
                 if stopped:
-                    bar.write(stopped + " (continue with --resume)")
+                    self._line(bar, stopped + " (continue with --resume)")
                     break
         finally:
             bar.close()
         return losses, valid, stopped
 
+    def _line(self, bar, line: str) -> None:
+        """A line of the run's log: above the progress bar, or through ``echo``."""
+        if self.progress:
+            bar.write(line)
+        else:
+            self.echo(line)
+
     # -- the end -----------------------------------------------------------------------------
     def average_model(self):
-        """The paper's checkpoint averaging: ``(model, steps, path)`` of the mean of the
-        last ``average_last`` checkpoints (saved as averaged.npz), or ``(None, [], None)``
-        with averaging off or fewer than two checkpoints."""
+        """The paper's checkpoint averaging: the mean of the last ``average_last``
+        checkpoints (or of all there are, if fewer), saved as averaged.npz, the run's final
+        model. Returns ``(model, steps, path)``; the model is None when it is the last
+        checkpoint alone (nothing to compare), and everything None with averaging off."""
         n = self.cfg.train.average_last
         found = list_checkpoints(self.ckpt_dir) if self.ckpt_dir.is_dir() else []
-        if n < 2 or len(found) < 2:
+        if n < 1 or not found:
             return None, [], None
         paths = [p for _, p in found[-n:]]
         model = self.task.build_model(self.model_config)
         model.load_state_dict(average_checkpoints(paths))
         meta = {**self.meta(), "averaged_from": [p.name for p in paths]}
         out = save_checkpoint(self.ckpt_dir / "averaged.npz", model, step=self.step, meta=meta)
-        return model, [s for s, _ in found[-n:]], out
+        return (model if len(paths) > 1 else None), [s for s, _ in found[-n:]], out
 
     def final_evaluation(self):
         """Judge the test set with the last checkpoint and (with ``average_last``) the
@@ -431,9 +443,9 @@ class Trainer:
         t, n = self.cfg.train, self.task.sizes()["test"]
         what = f"test set, {which}"
         if self.progress:
-            counter = tqdm(total=n, desc=what, unit="example", leave=False, dynamic_ncols=True)
+            counter = progress_bar(n, what, "example")
         else:
-            counter = report.Ticker(n, what, self.echo)
+            counter = Ticker(n, what, self.echo)
         try:
             return self.task.test(model, t.max_tokens, t.examples, self.cfg.seed, counter.update)
         finally:
@@ -446,7 +458,7 @@ def train(
     resume=None,
     overwrite=False,
     progress=True,
-    echo=print,
+    echo=say,
     final_eval=True,
 ) -> TrainResult:
     """Train a run to ``cfg.train.steps`` (the default run when ``cfg`` is None)."""

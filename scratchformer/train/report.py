@@ -16,8 +16,9 @@ The periodic line is printed every ``log_every`` steps when there is no progress
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
+
+from scratchformer.progress import clock
 
 
 def _pct(x) -> str:
@@ -61,11 +62,6 @@ def metrics_text(m: dict, keys) -> str:
     return " | ".join(parts)
 
 
-def clock(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
 def step_prefix(step: int, steps: int) -> str:
     return f"step {step:>{len(str(steps))}}/{steps}"
 
@@ -101,27 +97,6 @@ def header(cfg, task, model, batches_per_epoch: int, run_dir) -> list[str]:
     ]
 
 
-class Ticker:
-    """Progress for logs without a progress bar: ``update(n)`` counts work done, and a line
-    ``  <what>: done/total (elapsed)`` is printed at most every ``every`` seconds, so a
-    long stage is never silent."""
-
-    def __init__(self, total: int, what: str, echo, every: float = 10.0):
-        self.total, self.what, self.echo, self.every = total, what, echo, every
-        self.done = 0
-        self.t0 = self.last = time.perf_counter()
-
-    def update(self, n: int) -> None:
-        self.done += n
-        now = time.perf_counter()
-        if now - self.last >= self.every and self.done < self.total:
-            self.echo(f"  {self.what}: {self.done}/{self.total} ({clock(now - self.t0)})")
-            self.last = now
-
-    def close(self) -> None:
-        pass
-
-
 def files_written(run_dir: Path, checkpoints: list, averaged: Path | None) -> list[str]:
     """The closing list of every file of the run directory this run wrote or kept."""
     lines = [f"files in {run_dir}:", "  config.json        the resolved configuration"]
@@ -129,15 +104,20 @@ def files_written(run_dir: Path, checkpoints: list, averaged: Path | None) -> li
     if checkpoints:
         names = [p.name for p in checkpoints]
         shown = names[0] if len(names) == 1 else f"{names[0]} ... {names[-1]}"
-        lines.append(f"  checkpoints/{shown}  ({len(names)} kept: parameters, Adam, position)")
+        lines.append(
+            f"  checkpoints/{shown}  ({len(names)} kept: parameters, Adam's moments, the "
+            "position in the data, for --resume)"
+        )
     if averaged is not None:
-        lines.append(f"  checkpoints/{averaged.name}  the average of the last checkpoints")
+        lines.append(
+            f"  checkpoints/{averaged.name}  the final model: the average of the last "
+            "checkpoints (parameters only)"
+        )
     return lines
 
 
 __all__ = [
     "FORMATS",
-    "Ticker",
     "clock",
     "files_written",
     "header",

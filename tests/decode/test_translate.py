@@ -126,7 +126,9 @@ def test_cli_translate_file_and_stdin(model_and_tokenizer, tmp_path, capsys, mon
     assert float(logprob) < 0
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("the cat\n"))
+    capsys.readouterr()
     assert main(["translate", "--checkpoint", str(ckpt), "--greedy", "--max-len-b", "4"]) == 0
+    assert "translated 1 sentence in " in capsys.readouterr().err
 
 
 def test_cli_translate_errors_are_reported_not_raised(model_and_tokenizer, tmp_path, capsys):

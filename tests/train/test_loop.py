@@ -348,3 +348,23 @@ def test_default_run_reaches_99_percent_held_out(tmp_path):
     )
     acc = res.test.get("seq_acc_decoded", res.test["seq_acc"])
     assert acc >= 0.99
+
+
+def test_no_test_skips_the_test_set_but_keeps_the_final_model(tmp_path):
+    lines = []
+    res = train(small_config(tmp_path, test=False), progress=False, echo=lines.append)
+    assert res.test is None and "\ntest set: not judged (train.test = false)" in lines
+    assert (tmp_path / "run/checkpoints/averaged.npz").is_file()
+    recs = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert "test" not in {r["kind"] for r in recs}
+
+
+def test_a_run_with_one_checkpoint_still_writes_the_final_model(tmp_path):
+    """averaged.npz is the final model of every run (the README's evaluate command names
+    it): with one checkpoint it holds that checkpoint's parameters."""
+    res = train(small_config(tmp_path, steps=3, checkpoint_every=0), progress=False, echo=quiet)
+    avg = load_checkpoint(tmp_path / "run/checkpoints/averaged.npz")
+    last = load_checkpoint(res.checkpoint)
+    assert avg.optimizer_state is None and avg.meta["averaged_from"] == ["checkpoint_3.npz"]
+    for k, v in last.model.state_dict().items():
+        np.testing.assert_array_equal(avg.model.state_dict()[k], v)
