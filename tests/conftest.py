@@ -50,9 +50,11 @@ def pytest_terminal_summary(terminalreporter):
     counts = Counter()
     for rep in terminalreporter.stats.get("skipped", []):
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
-        backend = "cupy" if "gpu" in rep.keywords else "numpy"
+        # a module skipped at collection (an optional extra missing) has no keywords
+        backend = "cupy" if "gpu" in getattr(rep, "keywords", {}) else "numpy"
         counts[reason.removeprefix("Skipped: "), backend] += 1
     if counts:
         terminalreporter.write_sep("-", "skipped")
     for (reason, backend), n in sorted(counts.items()):
-        terminalreporter.write_line(f"{n} skipped on {backend}: {reason}")
+        where = "" if backend == "numpy" else " on cupy"
+        terminalreporter.write_line(f"{n} skipped{where}: {reason}")

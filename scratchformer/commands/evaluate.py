@@ -60,7 +60,10 @@ def teacher_forced(model, tok, pairs, max_tokens: int = 4096) -> dict:
     enc = [(s, t) for s, t in enc if 0 < len(s) <= limit and len(t) <= limit]
     if not enc:
         return {}
-    m = evaluation.teacher_forced(model, pair_batches(enc, max_tokens), 0.0, model.config.pad_id)
+    bar = progress_bar(len(enc), "perplexity", "sentence")
+    batches = pair_batches(enc, max_tokens, progress=bar.update)
+    m = evaluation.teacher_forced(model, batches, 0.0, model.config.pad_id)
+    bar.close()
     return {"ppl": m["ppl"], "ppl_sentences": len(enc), "ppl_tokens": m["n_tokens"]}
 
 

@@ -364,7 +364,13 @@ class Trainer:
                     window = Window()
                 t_aside = time.perf_counter()
                 if (t.eval_every and s % t.eval_every == 0) or last:
-                    m = self.task.evaluate(self.model, "valid", t.max_tokens, t.eval_limit)
+                    m = self._staged(
+                        "validation",
+                        min(self.task.sizes()["valid"], t.eval_limit or self.task.sizes()["valid"]),
+                        lambda tick: self.task.evaluate(
+                            self.model, "valid", t.max_tokens, t.eval_limit, progress=tick
+                        ),
+                    )
                     valid.append({"kind": "valid", "step": s, **m})
                     self.log(valid[-1])
                     self._line(bar, report.valid_line(s, t.steps, m, self.task.shown_valid))
@@ -438,16 +444,23 @@ class Trainer:
         return m, examples, averaged
 
     def _test(self, model, which: str):
-        """``task.test`` of ``model``, its long stages shown: a progress bar, or a line
-        every 10 s without one."""
-        t, n = self.cfg.train, self.task.sizes()["test"]
-        what = f"test set, {which}"
+        """``task.test`` of ``model``, shown as it advances."""
+        t = self.cfg.train
+        return self._staged(
+            f"test set, {which}",
+            self.task.sizes()["test"],
+            lambda tick: self.task.test(model, t.max_tokens, t.examples, self.cfg.seed, tick),
+        )
+
+    def _staged(self, what: str, total: int, stage):
+        """``stage(tick)`` with its progress shown (``tick(n)``: n more examples done): a
+        progress bar, or without one a line every 10 s, so no stage is a silent stretch."""
         if self.progress:
-            counter = progress_bar(n, what, "example")
+            counter = progress_bar(total, what, "example")
         else:
-            counter = Ticker(n, what, self.echo)
+            counter = Ticker(total, what, self.echo)
         try:
-            return self.task.test(model, t.max_tokens, t.examples, self.cfg.seed, counter.update)
+            return stage(counter.update)
         finally:
             counter.close()
 

@@ -123,19 +123,28 @@ class Task:
         return {s: len(self.examples(s)) for s in ("train", "valid", "test")}
 
     # -- evaluation --------------------------------------------------------------------------
-    def evaluate(self, model, split: str, max_tokens: int, limit: int = 0, predictions=False):
+    def evaluate(
+        self, model, split: str, max_tokens: int, limit=0, predictions=False, progress=None
+    ):
         """Teacher-forced metrics of ``model`` on the first ``limit`` examples of ``split``
         (0: all), dropout off; see ``scratchformer.train.evaluation.teacher_forced``.
         With ``predictions`` (tasks with one label per row): ``(metrics, argmax, labels)``,
-        both host (N,) arrays in the order of the examples."""
+        both host (N,) arrays in the order of the examples. ``progress``: called with the
+        number of examples of each batch once it is evaluated."""
         np = backend.np
         widths = self.widths(split)
         if limit:
             widths = widths[:limit]
         order = fixed_batches(widths, max(max_tokens, int(widths.max())))
-        batches = (self.batch(split, idx) for idx in order)
+
+        def batches():
+            for idx in order:
+                yield self.batch(split, idx)
+                if progress is not None:  # the caller asks for the next: this one is done
+                    progress(len(idx))
+
         pad = model.config.pad_id if self.target_pad else None
-        out = teacher_forced(model, batches, model.config.eps_ls, pad, predictions)
+        out = teacher_forced(model, batches(), model.config.eps_ls, pad, predictions)
         if not predictions:
             out["examples"] = len(widths)
             return out

@@ -89,9 +89,11 @@ class ClassifyTask(Task):
         y = np.asarray([lab for _, lab in rows], dtype=np.int64)
         return TaskBatch((x,), y, int((x != self.model_config.pad_id).sum()))
 
-    def evaluate(self, model, split, max_tokens, limit=0, predictions=False):
+    def evaluate(self, model, split, max_tokens, limit=0, predictions=False, progress=None):
         """Accuracy, the majority-class baseline and each class's recall."""
-        m, pred, gold = super().evaluate(model, split, max_tokens, limit, predictions=True)
+        m, pred, gold = super().evaluate(
+            model, split, max_tokens, limit, predictions=True, progress=progress
+        )
         m["majority_baseline"] = float((gold == self.majority).mean())
         m["majority_class"] = self.labels[self.majority]
         m["per_class_recall"] = {
@@ -102,7 +104,7 @@ class ClassifyTask(Task):
 
     def test(self, model, max_tokens: int, examples: int, seed: int, progress=None):
         """Test accuracy; the first ``examples`` verses with their predicted genre."""
-        m, pred, _ = self.evaluate(model, "test", max_tokens, predictions=True)
+        m, pred, _ = self.evaluate(model, "test", max_tokens, predictions=True, progress=progress)
         texts = self.texts["test"][:examples]
         return m, [(text, lab, self.labels[int(p)]) for (lab, text), p in zip(texts, pred)]
 

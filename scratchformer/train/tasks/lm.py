@@ -84,15 +84,15 @@ class LMTask(Task):
         y = pad_rows([y for _, y in rows], pad)
         return TaskBatch((pad_rows([x for x, _ in rows], pad),), y, int((y != pad).sum()))
 
-    def evaluate(self, model, split, max_tokens, limit=0, predictions=False):
+    def evaluate(self, model, split, max_tokens, limit=0, predictions=False, progress=None):
         """Also bits per character: the NLL per predicted character / ln 2."""
-        m = super().evaluate(model, split, max_tokens, limit)
+        m = super().evaluate(model, split, max_tokens, limit, progress=progress)
         m["bpc"] = m["nll"] / math.log(2)
         return m
 
     def test(self, model, max_tokens: int, examples: int, seed: int, progress=None):
         """Bits per character on the test lines, and a sample from ``<bos>``."""
-        m = self.evaluate(model, "test", max_tokens)
+        m = self.evaluate(model, "test", max_tokens, progress=progress)
         s = self.settings
         shown = []
         if s.sample_len and examples:

@@ -27,11 +27,14 @@ def pair_batch(pairs, indices) -> TaskBatch:
     return TaskBatch((b.src, b.tgt_in), b.tgt_out, b.n_tokens)
 
 
-def pair_batches(pairs, max_tokens: int):
-    """``pairs`` in evaluation batches of at most ``max_tokens`` (length order)."""
+def pair_batches(pairs, max_tokens: int, progress=None):
+    """``pairs`` in evaluation batches of at most ``max_tokens`` (length order);
+    ``progress`` is called with the size of each batch once the next is asked for."""
     widths = example_widths(pairs)
     for idx in fixed_batches(widths, max(max_tokens, int(widths.max()))):
         yield pair_batch(pairs, idx)
+        if progress is not None:
+            progress(len(idx))
 
 
 @dataclass
