@@ -56,6 +56,10 @@ def run(args) -> int:
     newest = load_checkpoint(paths[-1])
     newest.model.load_state_dict(averaged)
     out = args.output or paths[-1].parent / "averaged.npz"
+    if Path(out).resolve() in {p.resolve() for p in paths}:
+        raise CheckpointError(
+            f"-o {out} is one of the checkpoints being averaged: name another file"
+        )
     meta = {**newest.meta, "averaged_from": [str(p) for p in paths]}
     save_checkpoint(out, newest.model, step=newest.step, meta=meta)
     print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {out}")

@@ -80,7 +80,7 @@ class TransformerConfig:
     extra: dict = field(default_factory=dict)  # free-form notes kept with checkpoints
 
     def __post_init__(self):
-        if self.N_dec is None:
+        if self.N_dec is None and isinstance(self.N, int):  # a bad N is reported as itself
             self.N_dec = self.N
         self.validate()
 

@@ -325,6 +325,15 @@ def test_cli_train_resume_and_average(tmp_path, capsys):
     assert len(avg.meta["averaged_from"]) == 2
 
 
+def test_average_never_overwrites_one_of_its_inputs(tmp_path, capsys):
+    train(small_config(tmp_path, steps=8), progress=False, echo=quiet, final_eval=False)
+    last = tmp_path / "run/checkpoints/checkpoint_8.npz"
+    before = last.read_bytes()
+    assert cli_main(["average", str(last.parent), "--last", "2", "-o", str(last)]) == 2
+    assert "is one of the checkpoints being averaged" in capsys.readouterr().err
+    assert last.read_bytes() == before
+
+
 def test_cli_errors_are_clean(tmp_path, capsys):
     assert cli_main(["train", "--config", str(tmp_path / "missing.toml")]) == 2
     assert "no config file" in capsys.readouterr().err
