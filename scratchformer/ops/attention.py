@@ -2,6 +2,11 @@
 
 ``A = softmax(Q K^T / sqrt(d_k), mask)``, ``A' = dropout(A)``, ``O = A' V``.
 
+The softmax and dropout steps are the derived pairs of ops/softmax.py and ops/dropout.py
+in their in-place forms (``softmax_``, ``softmax_backward_``, ``dropout_backward_``): the
+same operations in the buffer of scores the op owns, bitwise equal to the pure pairs
+(tests/ops/test_inplace_pairs.py composes this op from the pure pairs and compares).
+
 Dimension key: ``B`` batch, ``H`` heads, ``T`` queries, ``S`` keys, ``Dh`` d_k, ``Dv`` d_v.
 Derivation: docs/derivations.md#scaled-dot-product-attention.
 """
@@ -12,7 +17,7 @@ import math
 from typing import NamedTuple
 
 from scratchformer.backend import xp
-from scratchformer.ops.dropout import DropoutCache, dropout_forward
+from scratchformer.ops.dropout import DropoutCache, dropout_backward_, dropout_forward
 from scratchformer.ops.softmax import SoftmaxCache, softmax_, softmax_backward_
 
 
@@ -63,9 +68,7 @@ def attention_backward(dO, cache: AttentionCache):
     Q, K, V, sm_cache, A_drop, drop_cache, scale = cache
     dA = dO @ V.swapaxes(-1, -2)  # (B, H, T, S) dA', fresh
     dV = A_drop.swapaxes(-1, -2) @ dO  # (B, H, S, Dv)
-    if drop_cache.mask is not None:
-        dA *= drop_cache.mask
-        dA *= drop_cache.scale
+    dA = dropout_backward_(dA, drop_cache)
     dZ = softmax_backward_(dA, sm_cache.P)
     dZ *= scale
     dQ = dZ @ K  # (B, H, T, Dh)

@@ -14,8 +14,11 @@ FlashAttention trick, Dao et al. 2022), and the backward recomputes each block's
     dZ = P * (dP - Delta)                    the softmax backward, without rowsum(dP * P)
     dQ = s dZ K,  dK = sum over blocks of s dZ^T Q
 
-Attention dropout regenerates each block's mask from a seed drawn once per forward
-(block b uses ``backend.rng(seed + b)``), so no (T, S) mask is stored either. The masks
+The pieces it shares with the dense op are the ops themselves: the in-place masked
+softmax (``softmax_``, which also gives the row max and sum for L) and dropout
+(``dropout_forward``, ``dropout_mask``, ``dropout_backward``). Attention dropout
+regenerates each block's mask from a seed drawn once per forward (block b uses
+``backend.rng(seed + b)``), so no (T, S) mask is stored either. The masks
 therefore differ from the dense op's for the same generator; both are exact dropout.
 
 Dimension key: ``B`` batch, ``H`` heads, ``T`` queries, ``S`` keys, ``Dh`` d_k,
@@ -29,6 +32,12 @@ from typing import NamedTuple
 
 from scratchformer import backend
 from scratchformer.backend import xp
+from scratchformer.ops.dropout import (
+    dropout_backward,
+    dropout_backward_,
+    dropout_forward,
+    dropout_mask,
+)
 from scratchformer.ops.softmax import softmax_
 
 
@@ -52,12 +61,9 @@ def _mask_rows(mask, i0: int, i1: int):
     return mask[..., i0:i1, :]
 
 
-def _dropout_mask(seed: int, b: int, shape, p: float, dtype):
-    """Block ``b``'s mask: 0 or 1/(1-p), the same in forward and backward."""
-    keep = backend.rng(seed + b).random(shape, dtype=dtype) >= p
-    mask = keep.astype(dtype)
-    mask *= 1.0 / (1.0 - p)
-    return mask
+def _block_rng(seed: int, b: int):
+    """Block ``b``'s dropout generator: the same mask in forward and backward."""
+    return backend.rng(seed + b)
 
 
 def blockwise_attention_forward(Q, K, V, mask=None, block: int = 64, p_drop=0.0, rng=None):
@@ -85,7 +91,7 @@ def blockwise_attention_forward(Q, K, V, mask=None, block: int = 64, p_drop=0.0,
         P, m, s = softmax_(Z, _mask_rows(mask, i0, i1))
         lse[..., i0:i1, :] = m + xp.log(s)
         if seed is not None:
-            P *= _dropout_mask(seed, b, P.shape, p_drop, P.dtype)
+            P, _ = dropout_forward(P, p_drop, _block_rng(seed, b))
         O[..., i0:i1, :] = P @ V  # (B, H, M, Dv)
     return O, BlockwiseAttentionCache(Q, K, V, mask, O, lse, block, scale, p_drop, seed)
 
@@ -116,10 +122,10 @@ def blockwise_attention_backward(dO, cache: BlockwiseAttentionCache):
         P -= lse[..., i0:i1, :]
         xp.exp(P, out=P)  # ... and the forward's probabilities, exactly
         dP = dOb @ Vt  # (B, H, M, S)
-        if seed is not None:
-            drop = _dropout_mask(seed, b, P.shape, p_drop, P.dtype)
-            dV += (P * drop).swapaxes(-1, -2) @ dOb
-            dP *= drop
+        if seed is not None:  # the forward's mask, drawn again
+            drop = dropout_mask(P.shape, p_drop, _block_rng(seed, b), P.dtype)
+            dV += dropout_backward(P, drop).swapaxes(-1, -2) @ dOb  # P' = P * mask
+            dP = dropout_backward_(dP, drop)
         else:
             dV += P.swapaxes(-1, -2) @ dOb
         dP -= delta[..., i0:i1, :]

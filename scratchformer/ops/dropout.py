@@ -29,11 +29,19 @@ def dropout_forward(x, p: float, rng=None):
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if rng is None or p == 0.0:
         return x, DropoutCache(None)
-    keep = rng.random(x.shape, dtype=x.dtype) >= p
-    scale = 1.0 / (1.0 - p)
-    out = xp.multiply(x, keep)
-    out *= scale
-    return out, DropoutCache(keep, scale)
+    cache = dropout_mask(x.shape, p, rng, x.dtype)
+    out = xp.multiply(x, cache.mask)
+    out *= cache.scale
+    return out, cache
+
+
+def dropout_mask(shape, p: float, rng, dtype) -> DropoutCache:
+    """The mask ``dropout_forward`` draws for an input of ``shape``: keep each entry with
+    probability 1-p (one uniform draw of ``dtype`` per entry). Drawing it again from a
+    generator in the same state gives the same mask (memory-efficient attention
+    regenerates its masks in the backward pass this way instead of storing them)."""
+    keep = rng.random(shape, dtype=dtype) >= p
+    return DropoutCache(keep, 1.0 / (1.0 - p))
 
 
 def dropout_backward(dout, cache: DropoutCache):
@@ -43,3 +51,12 @@ def dropout_backward(dout, cache: DropoutCache):
     dx = xp.multiply(dout, cache.mask)
     dx *= cache.scale
     return dx
+
+
+def dropout_backward_(dout, cache: DropoutCache):
+    """``dropout_backward`` written over ``dout`` (owned by the caller): the same two
+    multiplications in dout's buffer, bitwise equal to ``dropout_backward``."""
+    if cache.mask is not None:
+        dout *= cache.mask
+        dout *= cache.scale
+    return dout
