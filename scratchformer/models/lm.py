@@ -25,9 +25,10 @@ from scratchformer import backend
 from scratchformer.errors import ShapeError, check_length, check_rank, check_token_ids
 from scratchformer.models.config import TransformerConfig
 from scratchformer.models.transformer import padding_mask
+from scratchformer.nn.kv import DecodeStateError, KVCache
 from scratchformer.nn.layers import Embedding
 from scratchformer.nn.module import Module
-from scratchformer.nn.transformer import CausalStack, DecodeStateError, KVCache, StackCache
+from scratchformer.nn.transformer import CausalStack, StackCache
 from scratchformer.ops.attention import causal_mask
 from scratchformer.ops.embedding import EmbeddingCache
 from scratchformer.ops.linear import LinearCache

@@ -27,9 +27,10 @@ from scratchformer.errors import (
     check_token_ids,
 )
 from scratchformer.models.config import TransformerConfig
+from scratchformer.nn.kv import DecodeStateError, KVCache
 from scratchformer.nn.layers import Embedding, Linear
 from scratchformer.nn.module import Module
-from scratchformer.nn.transformer import Decoder, DecodeStateError, Encoder, KVCache, StackCache
+from scratchformer.nn.transformer import Decoder, Encoder, StackCache
 from scratchformer.ops.attention import causal_mask
 from scratchformer.ops.embedding import EmbeddingCache
 from scratchformer.ops.linear import LinearCache

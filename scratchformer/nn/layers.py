@@ -163,13 +163,15 @@ class AddNormCache(NamedTuple):
     dropout: DropoutCache | None  # the residual dropout (exit step only)
 
 
-class AddNorm(LayerNorm):
+class AddNorm(Module):
     """The paper's "Add & Norm" around a sub-layer, post-LN or pre-LN.
 
     post-LN (the paper):  y = LayerNorm(x + Dropout(Sublayer(x)))
     pre-LN:               y = x + Dropout(Sublayer(LayerNorm(x)))
 
-    Used in two steps around the sub-layer so that any sub-layer fits:
+    It owns the LayerNorm's ``gamma`` and ``beta`` (D,) and a ``Dropout``, and applies
+    the layer-norm op on the side the variant puts it. Used in two steps around the
+    sub-layer so that any sub-layer fits:
 
         s_in, c_in = addnorm.enter(x)               # LayerNorm(x) (pre) or x (post)
         s, c_s = sublayer(s_in)
@@ -180,19 +182,31 @@ class AddNorm(LayerNorm):
     """
 
     def __init__(self, d_model: int, P_drop: float, norm_first: bool, eps: float = 1e-5):
-        super().__init__(d_model, eps)
+        super().__init__()
+        self.eps = eps
         self.norm_first = norm_first
+        self.add_parameter("gamma", xp.ones(d_model))
+        self.add_parameter("beta", xp.zeros(d_model))
         self.dropout = Dropout(P_drop)
+
+    def _norm(self, x):
+        return layernorm_forward(x, self.params["gamma"], self.params["beta"], self.eps)
+
+    def _norm_backward(self, dout, cache: LayerNormCache):
+        dx, dgamma, dbeta = layernorm_backward(dout, cache)
+        self.grads["gamma"] += dgamma
+        self.grads["beta"] += dbeta
+        return dx
 
     def enter(self, x):
         if self.norm_first:
-            s_in, c = LayerNorm.forward(self, x)
+            s_in, c = self._norm(x)
             return s_in, AddNormCache(c, None)
         return x, AddNormCache(None, None)
 
     def enter_backward(self, ds_in, cache: AddNormCache):
         if self.norm_first:
-            return LayerNorm.backward(self, ds_in, cache.norm)
+            return self._norm_backward(ds_in, cache.norm)
         return ds_in
 
     def exit(self, x, s, rng=None):
@@ -200,12 +214,12 @@ class AddNorm(LayerNorm):
         r = x + s_drop
         if self.norm_first:
             return r, AddNormCache(None, c_drop)
-        y, c_norm = LayerNorm.forward(self, r)
+        y, c_norm = self._norm(r)
         return y, AddNormCache(c_norm, c_drop)
 
     def exit_backward(self, dy, cache: AddNormCache):
         """Returns ``(dx, ds)``: the residual path's gradient and the sub-layer output's."""
-        dr = dy if self.norm_first else LayerNorm.backward(self, dy, cache.norm)
+        dr = dy if self.norm_first else self._norm_backward(dy, cache.norm)
         return dr, self.dropout.backward(dr, cache.dropout)
 
 

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 from scratchformer import backend
 from scratchformer.backend import xp
-from scratchformer.nn.attention import MultiHeadAttention, merge_heads, split_heads
+from scratchformer.nn.attention import MultiHeadAttention
+from scratchformer.ops.attention import attention_forward
 from scratchformer.ops.local_attention import local_attention_backward, local_attention_forward
-from scratchformer.ops.softmax import softmax_forward
 
 
 class LocalMultiHeadAttention(MultiHeadAttention):
     """Self-attention over the current and the previous block of ``block`` positions."""
-
-    causal_only = True
 
     def __init__(self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None, block=64):
         super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng or backend.host_rng(0))
@@ -32,36 +30,34 @@ class LocalMultiHeadAttention(MultiHeadAttention):
             raise ValueError(f"local block size must be >= 1, got {block}")
         self.block = int(block)
 
-    def attend(self, Q, K, V, mask=None, rng=None):
-        """``mask`` is read as key padding (ops.local_attention.key_padding): the causal
-        band is built inside."""
+    def attend(self, Q, K, V, mask=None, rng=None, offset: int = 0):
+        """Whole sequences only (queries and keys of one length, positions from 0):
+        ``mask`` is read as key padding (ops.local_attention.key_padding), the causal
+        band is built inside. Decoding goes through ``step``."""
+        if offset:
+            raise ValueError("local attention decodes through step(), not at an offset")
         return local_attention_forward(Q, K, V, self.block, mask, self.P_drop_attn, rng)
 
     def attend_backward(self, dO, cache):
         return local_attention_backward(dO, cache)
 
-    def infer(self, x_q, K, V, mask=None):
-        """Whole-sequence inference (x_q and K/V of one length, positions from 0)."""
-        Q = split_heads(x_q @ self.params["W_q"], self.h)  # (B, H, L, Dh)
-        O, _ = local_attention_forward(Q, K, V, self.block, mask)
-        return merge_heads(O) @ self.params["W_o"]  # (B, L, D)
-
     # -- decoding: a ring buffer of the last 2 blocks ------------------------------------
-    def kv_slots(self) -> int:
+    def kv_slots(self, capacity: int) -> int:
         """Key/value slots a decoding row needs: 2 blocks, whatever the length."""
         return 2 * self.block
 
-    def step(self, a_in, lkv, length: int):
-        """a_in (R, T, D) at positions ``length .. length + T - 1``  ->  (R, T, D).
+    def step(self, x_new, lkv, length: int):
+        """x_new (R, T, D) at positions ``length .. length + T - 1``  ->  (R, T, D).
 
         One position at a time (a later position would overwrite a ring slot that an
-        earlier query of the same block still needs).
+        earlier query of the same block still needs): dense attention of that query over
+        the ring, masked to the slots its band can see.
         """
-        R, T, _ = a_in.shape
+        T = x_new.shape[1]
         W = lkv.self_k.shape[2]  # 2M ring slots
         M = self.block
-        Q = split_heads(a_in @ self.params["W_q"], self.h)  # (R, H, T, Dh)
-        K_new, V_new = self.project_kv(a_in)  # (R, H, T, Dh), (R, H, T, Dv)
+        Q, _ = self._project(x_new, "W_q")  # (R, H, T, Dh)
+        K_new, V_new = self.project_kv(x_new)  # (R, H, T, Dh), (R, H, T, Dv)
         slots = xp.arange(W)
         outs = []
         for t in range(T):
@@ -70,11 +66,9 @@ class LocalMultiHeadAttention(MultiHeadAttention):
             lkv.self_v[:, :, p % W] = V_new[:, :, t]
             pos = p - (p - slots) % W  # (W,) the position each slot holds (< 0: empty)
             visible = pos >= max(0, (p // M - 1) * M)  # (W,)
-            scores = (Q[:, :, t : t + 1] @ lkv.self_k.swapaxes(-1, -2)) / self.d_k**0.5
-            A, _ = softmax_forward(scores, visible)  # (R, H, 1, W)
-            outs.append(A @ lkv.self_v)  # (R, H, 1, Dv)
-        O = xp.concatenate(outs, axis=2)  # (R, H, T, Dv)
-        return merge_heads(O) @ self.params["W_o"]  # (R, T, D)
+            O_t, _ = attention_forward(Q[:, :, t : t + 1], lkv.self_k, lkv.self_v, visible)
+            outs.append(O_t)  # (R, H, 1, Dv)
+        return self._output(xp.concatenate(outs, axis=2))[0]  # (R, H, T, Dv) -> (R, T, D)
 
 
 __all__ = ["LocalMultiHeadAttention"]

@@ -86,12 +86,7 @@ class Module:
             for k, v in vars(m).items():
                 if backend.is_array(v) and v.dtype.kind == "f":
                     object.__setattr__(m, k, v.astype(dtype))
-            m._rebuild()  # re-create views into shared buffers (fused projections)
         return self
-
-    def _rebuild(self) -> None:
-        """Hook run after ``astype`` replaced the arrays: a module whose parameters are
-        views of one buffer (MultiHeadAttention's fused W_q/W_k/W_v) re-fuses here."""
 
     def zero_grad(self) -> None:
         """Set every gradient to zero (backward only ever adds)."""

@@ -24,7 +24,10 @@ Skew = pad one zero column on the left, reshape (L, L+1) -> (L+1, L), drop the f
 row: O(L) extra memory, against O(L^2 Dh) for the (L, L, Dh) tensor of relative
 embeddings. Above the diagonal Skew(rel) is garbage (other rows' entries, or pad
 zeros): the causal mask is mandatory. Its backward is the inverse re-indexing
-(``skew_backward``): zero row on top, reshape back, drop the pad column.
+(``skew_backward``): zero row on top, reshape back, drop the pad column. Queries that
+do not line up with the keys (incremental decoding: queries at positions ``offset ..``
+over S stored keys) read the same logits by a gather, ``gather(Q E_r^T, distance_index)``,
+whose adjoint is ``scatter_relative``.
 
 Dimension key: ``B`` batch, ``H`` heads, ``T`` queries, ``S`` keys, ``L`` length (T = S),
 ``Dh`` d_k, ``Dv`` d_v, ``R = 2k+1`` Shaw buckets, ``k`` max_relative_position.
@@ -197,59 +200,74 @@ def skew_table(E_r, L: int):
 
 
 class SkewAttentionCache(NamedTuple):
-    Q: object  # (B, H, L, Dh)
-    K: object  # (B, H, L, Dh)
-    V: object  # (B, H, L, Dv)
-    Er_L: object  # (H, L, Dh) the per-length table gathered from E_r
-    rows: object  # (L,) int, the E_r row of each column of Er_L
-    k1: int  # k + 1, rows of E_r
-    softmax: SoftmaxCache  # A (B, H, L, L)
-    A_drop: object  # (B, H, L, L)
+    Q: object  # (B, H, T, Dh)
+    K: object  # (B, H, S, Dh)
+    V: object  # (B, H, S, Dv)
+    E_r: object  # (H, k+1, Dh) the relative embeddings
+    Er_L: object  # skew form: (H, L, Dh) the per-length table gathered from E_r; else None
+    rows: object  # skew form: (L,) int, the E_r row of each column of Er_L; else None
+    idx: object  # gather form: (T, S) int distance rows (``distance_index``); else None
+    softmax: SoftmaxCache  # A (B, H, T, S)
+    A_drop: object  # (B, H, T, S)
     dropout: DropoutCache
     scale: float
 
 
-def skew_attention_forward(Q, K, V, E_r, mask, p_drop: float = 0.0, rng=None):
-    """Q, K (B, H, L, Dh), V (B, H, L, Dv), E_r (H, k+1, Dh), mask bool broadcastable to
-    (B, H, L, L) that MUST be causal  ->  O (B, H, L, Dv).
+def skew_attention_forward(Q, K, V, E_r, mask, p_drop: float = 0.0, rng=None, offset: int = 0):
+    """Q (B, H, T, Dh), K (B, H, S, Dh), V (B, H, S, Dv), E_r (H, k+1, Dh), mask bool
+    broadcastable to (B, H, T, S) that MUST hide every key after its query
+    ->  O (B, H, T, Dv). Query ``i`` sits at position ``offset + i``, key ``j`` at ``j``.
 
-    1. ``Er_L = E_r[:, min(L-1-r, k)]``;  ``rel = Q Er_L^T``             (B, H, L, L)
-    2. ``Z = s (Q K^T + Skew(rel))``
+    1. relative logits ``rel[i, j] = Q_i . E_r[min(offset + i - j, k)]`` for j <= offset + i:
+       the skew form ``Skew(Q Er_L^T)`` when queries and keys line up (T = S, offset 0,
+       training), else the gather ``gather(Q E_r^T, distance_index)`` (decoding)
+    2. ``Z = s (Q K^T + rel)``
     3. ``A = softmax(Z, mask)``, ``A' = dropout(A)``, ``O = A' V``
+
+    Without a mask every key must be at or before the first query (S <= offset + 1).
     """
-    L = Q.shape[-2]
-    if K.shape[-2] != L:
-        raise ValueError("skew attention is self-attention: queries and keys of one length")
-    if mask is None:
-        raise ValueError("skew attention needs the causal mask: above the diagonal is garbage")
+    T, S = Q.shape[-2], K.shape[-2]
+    if mask is None and S > offset + 1:
+        raise ValueError("skew attention needs the causal mask: keys after a query are garbage")
     scale = 1.0 / math.sqrt(Q.shape[-1])
-    Er_L, rows = skew_table(E_r, L)  # (H, L, Dh)
-    rel = Q @ Er_L.swapaxes(-1, -2)  # (B, H, L, L)
-    scores = (Q @ K.swapaxes(-1, -2) + skew_forward(rel)) * scale
+    Er_L = rows = idx = None
+    if T == S and offset == 0:
+        Er_L, rows = skew_table(E_r, S)  # (H, L, Dh)
+        rel = skew_forward(Q @ Er_L.swapaxes(-1, -2))  # (B, H, L, L)
+    else:
+        idx = distance_index(T, S, E_r.shape[-2] - 1, offset)  # (T, S)
+        rel = gather_relative(Q @ E_r.swapaxes(-1, -2), idx)  # (B, H, T, k+1) -> (B, H, T, S)
+    scores = (Q @ K.swapaxes(-1, -2) + rel) * scale
     A, sm_cache = softmax_forward(scores, mask)
     A_drop, drop_cache = dropout_forward(A, p_drop, rng)
     O = A_drop @ V
-    return O, SkewAttentionCache(
-        Q, K, V, Er_L, rows, E_r.shape[-2], sm_cache, A_drop, drop_cache, scale
-    )
+    return O, SkewAttentionCache(Q, K, V, E_r, Er_L, rows, idx, sm_cache, A_drop, drop_cache, scale)
 
 
 def skew_attention_backward(dO, cache: SkewAttentionCache):
     """Reverse of the forward:
 
     3. ``dA' = dO V^T``, ``dV = A'^T dO``; dropout; ``dZ = softmax_backward``; ``dZ' = s dZ``
-    2. ``dK = dZ'^T Q``; ``drel = SkewBackward(dZ')``
-    1. ``dQ = dZ' K + drel Er_L``; ``dEr_L = sum_b drel^T Q`` (H, L, Dh);
-       ``dE_r[:, d] = sum of dEr_L[:, r] over the columns r with row d`` (scatter-add)
+    2. ``dK = dZ'^T Q``
+    1. skew form: ``drel = SkewBackward(dZ')``, ``dQ = dZ' K + drel Er_L``,
+       ``dEr_L = sum_b drel^T Q`` (H, L, Dh), ``dE_r[:, d] = sum of dEr_L[:, r]`` over the
+       columns r with row d (scatter-add);
+       gather form: ``dRel = scatter(dZ', idx)`` (B, H, T, k+1), ``dQ = dZ' K + dRel E_r``,
+       ``dE_r = sum_b dRel^T Q``
 
     Returns ``(dQ, dK, dV, dE_r)``.
     """
-    Q, K, V, Er_L, rows, k1, sm_cache, A_drop, drop_cache, scale = cache
-    dA_drop = dO @ V.swapaxes(-1, -2)  # (B, H, L, L)
-    dV = A_drop.swapaxes(-1, -2) @ dO  # (B, H, L, Dv)
+    Q, K, V, E_r, Er_L, rows, idx, sm_cache, A_drop, drop_cache, scale = cache
+    k1 = E_r.shape[-2]
+    dA_drop = dO @ V.swapaxes(-1, -2)  # (B, H, T, S)
+    dV = A_drop.swapaxes(-1, -2) @ dO  # (B, H, S, Dv)
     dZ = softmax_backward(dropout_backward(dA_drop, drop_cache), sm_cache)
     dZ *= scale
-    dK = dZ.swapaxes(-1, -2) @ Q  # (B, H, L, Dh)
+    dK = dZ.swapaxes(-1, -2) @ Q  # (B, H, S, Dh)
+    if idx is not None:  # the gather form
+        dRel = scatter_relative(dZ, idx, k1)  # (B, H, T, k+1)
+        dQ = dZ @ K + dRel @ E_r  # (B, H, T, Dh)
+        return dQ, dK, dV, (dRel.swapaxes(-1, -2) @ Q).sum(axis=0)  # (H, k+1, Dh)
     drel = skew_backward(dZ)  # (B, H, L, L)
     dQ = dZ @ K + drel @ Er_L  # (B, H, L, Dh)
     dEr_L = (drel.swapaxes(-1, -2) @ Q).sum(axis=0)  # (H, L, Dh)
@@ -257,17 +275,6 @@ def skew_attention_backward(dO, cache: SkewAttentionCache):
     dE_r = xp.zeros((k1, H * Dh), dtype=dEr_L.dtype)
     backend.scatter_add(dE_r, rows, xp.ascontiguousarray(dEr_L.transpose(1, 0, 2)).reshape(L, -1))
     return dQ, dK, dV, dE_r.reshape(k1, H, Dh).transpose(1, 0, 2)  # (H, k+1, Dh)
-
-
-def skew_relative_direct(Q, E_r):
-    """The O(L^2 Dh) reference: ``out[..., i, j] = Q_i . E_r[:, min(i-j, k)]`` for j <= i,
-    0 above the diagonal, by building the (H, L, L, Dh) tensor of embeddings explicitly.
-    Only for tests and the derivation notes."""
-    L = Q.shape[-2]
-    idx = distance_index(L, L, E_r.shape[-2] - 1)  # (L, L)
-    Rm = E_r[:, idx, :]  # (H, L, L, Dh)
-    out = (Q[..., :, None, :] * Rm).sum(-1)  # (B, H, L, L)
-    return out * xp.tril(xp.ones((L, L), dtype=bool))
 
 
 __all__ = [
@@ -283,6 +290,5 @@ __all__ = [
     "skew_attention_forward",
     "skew_backward",
     "skew_forward",
-    "skew_relative_direct",
     "skew_table",
 ]

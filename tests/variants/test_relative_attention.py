@@ -1,7 +1,8 @@
 """Relative position self-attention: Shaw et al. and the Music Transformer skew.
 
 - float64 finite differences of every input and of the relative embeddings;
-- the skewed relative term equals the direct O(L^2 Dh) loop on the causal triangle;
+- the skewed relative term equals the direct O(L^2 Dh) forms (a loop, and the explicit
+  (H, L, L, Dh) embedding tensor) on the causal triangle;
 - zero relative embeddings reduce both forms to plain scaled dot-product attention;
 - distances beyond +-k use the edge embedding (clipping), in both forms;
 - the skew's backward is the exact adjoint of its forward (<skew(x), y> = <x, skew^T(y)>).
@@ -109,6 +110,44 @@ def test_skew_gradients_of_every_input_and_embedding(f64, L, k, p_drop):
     assert_passes(rep)
 
 
+@pytest.mark.parametrize("T, S, offset", [(2, 7, 5), (3, 3, 1), (1, 6, 5)])
+@pytest.mark.parametrize("p_drop", [0.0, 0.2])
+def test_skew_gather_form_gradients(f64, T, S, offset, p_drop):
+    """The decoding form (queries at positions ``offset ..`` over keys 0 .. S-1, relative
+    logits by a gather): Q, K, V and E_r against finite differences, k=2 so distances
+    clip, the causal mask of those positions."""
+    r = np.random.default_rng(4)
+    k = 2
+    mask = B.asarray(causal_mask(T, S, offset=offset)[None, None])
+    rep = check_op(
+        skew_attention_forward,
+        skew_attention_backward,
+        rand(r, Bn, H, T, Dh),
+        rand(r, Bn, H, S, Dh),
+        rand(r, Bn, H, S, Dv),
+        rand(r, H, k + 1, Dh),
+        mask=mask,
+        p_drop=p_drop,
+        rng=5,
+        offset=offset,
+    )
+    assert_passes(rep)
+
+
+def test_skew_gather_form_equals_the_skew_form(f64):
+    """The last queries of a sequence, decoded at an offset (gather form), give the same
+    outputs as the same rows of the whole sequence (skew form)."""
+    r = np.random.default_rng(6)
+    L, k, T = 7, 3, 2
+    Q, K, V = rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dv)
+    E_r = rand(r, H, k + 1, Dh)
+    whole, _ = skew_attention_forward(Q, K, V, E_r, causal_mask(L))
+    tail, _ = skew_attention_forward(
+        Q[..., L - T :, :], K, V, E_r, causal_mask(T, L, offset=L - T), offset=L - T
+    )
+    np.testing.assert_allclose(B.asnumpy(tail), B.asnumpy(whole[..., L - T :, :]), rtol=1e-12)
+
+
 def direct_relative_loop(Q, E_r):
     """The O(L^2 Dh) definition, one (i, j) at a time on the causal triangle:
     out[b, h, i, j] = Q[b, h, i] . E_r[h, min(i - j, k)] for j <= i, else 0."""
@@ -124,15 +163,39 @@ def direct_relative_loop(Q, E_r):
     return out
 
 
+def skew_relative_direct(Q, E_r):
+    """The O(L^2 Dh) definition with the relative embeddings laid out explicitly: the
+    (H, L, L, Dh) tensor Rm[h, i, j] = E_r[h, min(i - j, k)] (the memory the skew avoids),
+    then out[b, h, i, j] = Q[b, h, i] . Rm[h, i, j] for j <= i, else 0."""
+    Q, E_r = B.asnumpy(Q), B.asnumpy(E_r)
+    L, k = Q.shape[-2], E_r.shape[-2] - 1
+    i, j = np.indices((L, L))
+    Rm = E_r[:, np.clip(i - j, 0, k), :]  # (H, L, L, Dh)
+    out = (Q[..., :, None, :] * Rm).sum(-1)  # (B, H, L, L)
+    return out * np.tril(np.ones((L, L), dtype=bool))
+
+
+@pytest.mark.parametrize("reference", [direct_relative_loop, skew_relative_direct])
 @pytest.mark.parametrize("L, k", [(7, 3), (5, 10), (9, 1)])
-def test_skew_equals_the_direct_loop_on_the_causal_triangle(f64, L, k):
-    """Skew(Q Er_L^T) == the explicit loop for every j <= i (above it: garbage, masked)."""
+def test_skew_equals_the_direct_reference_on_the_causal_triangle(f64, L, k, reference):
+    """Skew(Q Er_L^T) == the direct O(L^2 Dh) forms for every j <= i (above it: garbage,
+    masked); L > k+1 in two cases, so distances beyond k (clipped to row k) are covered."""
     r = np.random.default_rng(3)
     Q, E_r = rand(r, Bn, H, L, Dh), rand(r, H, k + 1, Dh)
     Er_L, _ = skew_table(E_r, L)
     skewed = B.asnumpy(skew_forward(Q @ Er_L.swapaxes(-1, -2)))
     tri = np.tril(np.ones((L, L), bool))
-    np.testing.assert_allclose(skewed[..., tri], direct_relative_loop(Q, E_r)[..., tri], atol=1e-12)
+    np.testing.assert_allclose(skewed[..., tri], reference(Q, E_r)[..., tri], atol=1e-12)
+
+
+def test_the_two_direct_references_agree(f64):
+    """The explicit (H, L, L, Dh) tensor and the (i, j) loop: equal everywhere, zeros
+    above the diagonal included (L = 8 > k + 1 = 3)."""
+    r = np.random.default_rng(10)
+    Q, E_r = rand(r, Bn, H, 8, Dh), rand(r, H, 3, Dh)
+    np.testing.assert_allclose(
+        skew_relative_direct(Q, E_r), direct_relative_loop(Q, E_r), atol=1e-12
+    )
 
 
 def test_skew_is_the_documented_reindexing(f64):
