@@ -1,256 +1,18 @@
-"""Pictures for study: attention maps, positional encodings, the warmup schedule, curves.
+"""Curves and tables: positional encodings, the warmup schedule, training curves read
+from a run's metrics.jsonl.
 
-    maps = attention_maps(model, src_ids, tgt_ids)          # weights from the backward caches
-    plot_attention(maps, "attention_cross.png", kind="cross", src_tokens=..., tgt_tokens=...)
-    plot_positional(sinusoidal_table(100, 512), "positional.png")
-    plot_schedule([(512, 4000, 1.0), (512, 8000, 1.0)], "schedule.png", steps=20000)
-    plot_curves(read_metrics("metrics.jsonl"), "curves.png")
-
-Every function writes a PNG and returns its path. matplotlib is an optional extra
-(``pip install 'scratchformer[plot]'``), imported only when a plot is drawn. Figures are
-built with ``matplotlib.figure.Figure`` on the Agg canvas, never through pyplot, so no
-display is needed and a user's interactive backend is left alone.
-
-Dimension key: ``H`` heads, ``S`` source length, ``T`` target length, ``L`` positions,
-``D`` d_model.
+Dimension key: ``L`` positions, ``D`` d_model.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import struct
-from dataclasses import dataclass
 from pathlib import Path
 
 from scratchformer import backend
-from scratchformer.errors import ScratchformerError
-
-__all__ = [
-    "ATTENTION_KINDS",
-    "AttentionMaps",
-    "PlotError",
-    "attention_maps",
-    "display_tokens",
-    "plot_attention",
-    "plot_curves",
-    "plot_positional",
-    "plot_schedule",
-    "png_size",
-    "read_metrics",
-]
-
-DPI = 100
-MAX_PIXELS = 40_000_000  # an attention figure larger than this is refused, not drawn
-
-
-class PlotError(ScratchformerError):
-    """A plot cannot be drawn from the arguments given (unknown head, empty log, ...)."""
-
-
-def _figure(width: float, height: float):
-    """A Figure on an Agg canvas (no display, no pyplot); a clear error without matplotlib."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
-        from matplotlib.figure import Figure  # noqa: PLC0415
-    except ImportError:
-        raise PlotError(
-            "plots need matplotlib: pip install 'scratchformer[plot]' (or pip install matplotlib)"
-        ) from None
-    fig = Figure(figsize=(width, height), dpi=DPI)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _png_path(path) -> Path:
-    path = Path(path)
-    if path.suffix.lower() != ".png":
-        raise PlotError(f"plots are written as PNG: {path} should end in .png")
-    return path
-
-
-def _save(fig, path) -> Path:
-    path = _png_path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, format="png")
-    return path
-
-
-def png_size(path) -> tuple[int, int]:
-    """``(width, height)`` in pixels from a PNG's IHDR chunk; PlotError if not a PNG."""
-    with open(path, "rb") as f:
-        head = f.read(24)
-    if len(head) < 24 or head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
-        raise PlotError(f"{path} is not a PNG file")
-    return struct.unpack(">II", head[16:24])
-
-
-# -- attention ----------------------------------------------------------------------------
-#: kind -> (title, query axis, key axis)
-ATTENTION_KINDS = {
-    "encoder": ("encoder self-attention", "source (query)", "source (key)"),
-    "decoder": ("decoder masked self-attention", "decoder input (query)", "decoder input (key)"),
-    "cross": ("encoder-decoder (cross) attention", "query (the token it predicts)", "source (key)"),
-}
-
-
-@dataclass
-class AttentionMaps:
-    """Attention weights of one sentence pair, per layer, as host arrays.
-
-    ``encoder[i]`` (H, S, S), ``decoder[i]`` (H, T, T), ``cross[i]`` (H, T, S): row =
-    query, column = key, each row sums to 1. The decoder's queries are the positions of
-    ``tgt_in`` = <bos> y_1 ... y_n, where position t predicts ``tgt_out[t]``.
-    """
-
-    encoder: list
-    decoder: list
-    cross: list
-
-    def layers(self, kind: str) -> list:
-        if kind not in ATTENTION_KINDS:
-            raise PlotError(
-                f"unknown attention kind {kind!r}: expected one of {list(ATTENTION_KINDS)}"
-            )
-        return getattr(self, kind)
-
-    @property
-    def heads(self) -> int:
-        return int(self.decoder[0].shape[0])
-
-
-def attention_maps(model, src_ids, tgt_in_ids) -> AttentionMaps:
-    """Run ``model`` (evaluation: no dropout) on one sentence pair and collect the weights.
-
-    ``src_ids`` (S,) and ``tgt_in_ids`` (T,) are sequences of ids, ``tgt_in`` starting with
-    <bos>. The weights are the softmax outputs kept in the backward caches
-    (``cache.encoder.layers[i].self_attn.sublayer.attn.softmax.P``).
-    """
-    np = backend.np
-    src = backend.asarray(np.asarray(src_ids, dtype=np.int64)[None, :])  # (1, S)
-    tgt = backend.asarray(np.asarray(tgt_in_ids, dtype=np.int64)[None, :])  # (1, T)
-    _, cache = model.forward(src, tgt)
-
-    def weights(sub):
-        return backend.asnumpy(sub.sublayer.attn.softmax.P)[0].astype(np.float64)  # (H, ., .)
-
-    return AttentionMaps(
-        encoder=[weights(c.self_attn) for c in cache.encoder.layers],
-        decoder=[weights(c.self_attn) for c in cache.decoder.layers],
-        cross=[weights(c.cross_attn) for c in cache.decoder.layers],
-    )
-
-
-def display_tokens(tokens) -> list[str]:
-    """Tick labels: a space shown as an open box, long tokens shortened to 12 characters."""
-    out = []
-    for t in tokens:
-        t = str(t).replace(" ", "\u2423").replace("\n", "\\n") or "''"
-        out.append(t if len(t) <= 12 else t[:11] + "\u2026")
-    return out
-
-
-def _pick(n: int, wanted, what: str, unit: str) -> list[int]:
-    """Indices to draw: all of ``range(n)``, or the ones asked for, checked."""
-    if wanted is None:
-        return list(range(n))
-    wanted = [wanted] if isinstance(wanted, int) else list(wanted)
-    for i in wanted:
-        if not 0 <= i < n:
-            raise PlotError(f"unknown {unit} {i}: {what} has {n} {unit}s (0 to {n - 1})")
-    return wanted
-
-
-def plot_attention(
-    maps: AttentionMaps,
-    path,
-    *,
-    kind: str,
-    src_tokens,
-    tgt_in_tokens,
-    tgt_out_tokens,
-    layers=None,
-    heads=None,
-    title: str | None = None,
-) -> Path:
-    """One heat map per (layer, head) of one attention kind: rows = layers, columns = heads.
-
-    ``kind``: "encoder" (S x S), "decoder" (T x T, the causal triangle), "cross" (T x S).
-    Decoder queries are labelled with their input token; cross-attention queries with the
-    token they predict (so a copy or an alignment shows as a diagonal). The colour scale is
-    the attention weight, fixed to [0, 1] in every panel so panels compare directly.
-    """
-    _png_path(path)
-    per_layer = maps.layers(kind)
-    if not per_layer:
-        raise PlotError(f"the model has no {ATTENTION_KINDS[kind][0]} layers (N = 0)")
-    layer_ids = _pick(len(per_layer), layers, f"the {kind}", "layer")
-    head_ids = _pick(int(per_layer[0].shape[0]), heads, "each layer", "head")
-    name, ylabel, xlabel = ATTENTION_KINDS[kind]
-    src, t_in, t_out = (display_tokens(t) for t in (src_tokens, tgt_in_tokens, tgt_out_tokens))
-    rows = {"encoder": src, "decoder": t_in, "cross": t_out}[kind]
-    cols = src if kind in ("encoder", "cross") else t_in
-    n_q, n_k = per_layer[0].shape[1:]
-    if (len(rows), len(cols)) != (n_q, n_k):
-        raise PlotError(
-            f"{len(rows)} x {len(cols)} token labels for {n_q} x {n_k} attention weights"
-        )
-
-    # Size each panel by its token count so tick labels stay legible (about 0.22 in a token).
-    cell = 0.22
-    pw, ph = max(2.4, n_k * cell + 0.6), max(2.0, n_q * cell + 0.4)
-    label_w = 0.12 * max(len(str(t)) for t in rows) + 0.9
-    label_h = 0.075 * max(len(str(t)) for t in cols) + 0.55
-    nr, nc = len(layer_ids), len(head_ids)
-    W = label_w + nc * pw + 1.1
-    H = label_h + nr * ph + 0.8
-    if W * H * DPI**2 > MAX_PIXELS:
-        raise PlotError(
-            f"{nr} layers x {nc} heads of {n_q} x {n_k} tokens would make a "
-            f"{int(W * DPI)} x {int(H * DPI)} pixel image: pick some with --layer/--head "
-            "(layers=/heads=) or use a shorter sentence"
-        )
-    fig = _figure(W, H)
-    fontsize = 9 if max(n_q, n_k) <= 30 else 7
-    left, bottom = label_w / W, label_h / H
-    grid = fig.add_gridspec(
-        nr,
-        nc,
-        left=left,
-        right=1 - 1.0 / W,
-        bottom=bottom,
-        top=1 - 0.8 / H,
-        wspace=0.08,
-        hspace=0.15,
-    )
-    image = None
-    for r, li in enumerate(layer_ids):
-        for c, hi in enumerate(head_ids):
-            ax = fig.add_subplot(grid[r, c])
-            A = per_layer[li][hi]  # (queries, keys)
-            image = ax.imshow(
-                A, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest"
-            )
-            ax.set_xticks(range(n_k))
-            ax.set_yticks(range(n_q))
-            if r == nr - 1:
-                ax.set_xticklabels(cols, rotation=90, fontsize=fontsize)
-                ax.set_xlabel(xlabel, fontsize=9)
-            else:
-                ax.set_xticklabels([])
-            if c == 0:
-                ax.set_yticklabels(rows, fontsize=fontsize)
-                ax.set_ylabel(f"layer {li}\n{ylabel}", fontsize=9)
-            else:
-                ax.set_yticklabels([])
-            ax.tick_params(length=0)
-            if r == 0:
-                ax.set_title(f"head {hi}", fontsize=10)
-    cax = fig.add_axes([1 - 0.85 / W, bottom, 0.18 / W, 1 - bottom - 0.8 / H])
-    bar = fig.colorbar(image, cax=cax)
-    bar.set_label("attention weight (each row sums to 1)", fontsize=9)
-    fig.suptitle(title or name, fontsize=12, y=1 - 0.25 / H, va="top")
-    return _save(fig, path)
+from scratchformer.optim.schedule import NoamSchedule
+from scratchformer.viz.figure import DPI, PlotError, new_figure, png_path, save_png
 
 
 # -- positions -----------------------------------------------------------------------------
@@ -267,7 +29,7 @@ def plot_positional(table, path, *, title: str | None = None, dims=None, sinusoi
     is exactly [-1, 1]. ``dims``: the dimensions drawn as curves (default: the sines at
     0, D/8, D/4 and D/2, whose wavelengths grow geometrically from 2 pi to 10000 * 2 pi).
     """
-    _png_path(path)
+    png_path(path)
     np = backend.np
     P = np.asarray(backend.asnumpy(table), dtype=np.float64)
     if P.ndim != 2 or P.size == 0:
@@ -279,7 +41,7 @@ def plot_positional(table, path, *, title: str | None = None, dims=None, sinusoi
     lim = float(np.abs(P).max()) or 1.0
     # At least 2 pixels per dimension, so neighbouring sin/cos columns do not alias.
     width = max(10.0, min(2 * D, 1400) / DPI + 2.4)
-    fig = _figure(width, 8.5)
+    fig = new_figure(width, 8.5)
     grid = fig.add_gridspec(
         2,
         2,
@@ -324,23 +86,21 @@ def plot_positional(table, path, *, title: str | None = None, dims=None, sinusoi
         )
         ax2.set_title("a few dimensions along the positions", fontsize=10)
     fig.suptitle(title or f"positional encoding: {L} positions x d_model = {D}", fontsize=12)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 # -- learning-rate schedule ------------------------------------------------------------------
 def plot_schedule(curves, path, *, steps: int = 20000, title: str | None = None) -> Path:
     """``lr(s) = lr_factor * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)`` for s = 1 .. steps,
     one curve per ``(d_model, warmup, lr_factor)``; each peak (at s = warmup) is marked."""
-    _png_path(path)
-    from scratchformer.optim.schedule import NoamSchedule  # noqa: PLC0415
-
+    png_path(path)
     np = backend.np
     curves = list(curves)
     if not curves:
         raise PlotError("give at least one (d_model, warmup, lr_factor) curve")
     if steps < 2:
         raise PlotError(f"steps must be at least 2, got {steps}")
-    fig = _figure(9, 5.5)
+    fig = new_figure(9, 5.5)
     ax = fig.add_subplot(1, 1, 1)
     s = np.unique(np.linspace(1, steps, min(steps, 2000)).round().astype(np.int64))
     # Curves with the same d_model and lr_factor decay along the same 1/sqrt(s) line after
@@ -378,7 +138,7 @@ def plot_schedule(curves, path, *, steps: int = 20000, title: str | None = None)
         "then 1/sqrt(s) decay",
         fontsize=10,
     )
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 # -- training curves ----------------------------------------------------------------------------
@@ -446,7 +206,7 @@ def plot_curves(records, path, *, title: str | None = None) -> Path:
     """Loss, perplexity, learning rate, BLEU and accuracy against the step, one panel each,
     from metrics-log records (dicts with a ``"step"``, a ``"kind"`` and the keys in
     ``CURVE_PANELS``). Panels with no data are left out; nothing to draw is a PlotError."""
-    _png_path(path)
+    png_path(path)
     panels = []
     for panel, keys in CURVE_PANELS.items():
         drawn = []
@@ -466,7 +226,7 @@ def plot_curves(records, path, *, title: str | None = None) -> Path:
     n = len(panels)
     ncols = 2 if n > 1 else 1
     nrows = math.ceil(n / ncols)
-    fig = _figure(6 * ncols, 3.6 * nrows + 0.5)
+    fig = new_figure(6 * ncols, 3.6 * nrows + 0.5)
     for i, (panel, drawn) in enumerate(panels):
         ax = fig.add_subplot(nrows, ncols, i + 1)
         for label, (x, y) in drawn:
@@ -487,4 +247,4 @@ def plot_curves(records, path, *, title: str | None = None) -> Path:
         ax.legend(fontsize=8)
     fig.suptitle(title or "training curves", fontsize=12)
     fig.tight_layout(rect=(0, 0, 1, 0.96))
-    return _save(fig, path)
+    return save_png(fig, path)
