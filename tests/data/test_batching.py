@@ -1,4 +1,5 @@
-"""Padded batches and token-budget batching (REFERENCE.md, fairseq's batch_by_size)."""
+"""Padded batches and token-budget batching (docs/reference.md, "Token-budget batching";
+fairseq's batch_by_size)."""
 
 import numpy as np
 import pytest

@@ -49,7 +49,7 @@ def host(x):
     return B.asnumpy(x)
 
 
-# -- label smoothing: REFERENCE.md worked example -----------------------------------------
+# -- label smoothing: the worked example of docs/reference.md ("Label smoothing") ---------
 # V = 5, eps = 0.1, pad id 0: two real tokens and one pad target.
 _LOGITS = np.array(
     [[1.0, 2.0, 0.5, -1.0, 0.0], [0.3, 0.2, 0.1, 0.0, -0.1], [0.0, 1.0, 2.0, 3.0, 4.0]]

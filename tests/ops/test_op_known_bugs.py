@@ -1,4 +1,4 @@
-"""One test per op-level bug in REFERENCE.md "Bugs found in existing NumPy transformers".
+"""One test per op-level bug in docs/reference.md, "Bugs found in existing NumPy transformers".
 
 Each test is built so that the buggy version fails it: the setup is shown to be
 sensitive (the wrong gradient is computed here too, and shown to disagree).

@@ -1,4 +1,5 @@
-"""The paper's warmup schedule against REFERENCE.md's values, and the alternative."""
+"""The paper's warmup schedule against docs/reference.md ("Learning-rate schedule"), and
+the alternative."""
 
 import pytest
 
@@ -9,7 +10,7 @@ from scratchformer.optim import ConstantSchedule, NoamSchedule, make_schedule
     "step, want", [(1, "1.7469e-07"), (4000, "6.98771e-04"), (16000, "3.49386e-04")]
 )
 def test_reference_values(step, want):
-    """REFERENCE.md's values for d_model = 512, warmup = 4000, to the digits given."""
+    """docs/reference.md's values for d_model = 512, warmup = 4000, to the digits given."""
     digits = len(want.split("e")[0]) - 2
     assert f"{NoamSchedule(512, 4000)(step):.{digits}e}" == want
 
