@@ -3,10 +3,10 @@
     python benchmarks/components.py                       # this checkout
     PYTHONPATH=/path/to/older/checkout python benchmarks/components.py   # a baseline
 
-Times, in isolation and with the shapes of the issue's configuration (32 x 32 tokens,
+Times, in isolation and with the shapes of the d256 configuration (32 x 32 tokens,
 d_model 256, h 4, d_ff 1024, V 8000), the forward + backward of each piece that is not a
 weight-matrix product: layer norm, residual dropout, the FFN's ReLU, self- and
-cross-attention (projections included: the fused Q/K/V), the label-smoothed loss over
+cross-attention (the Q/K/V and output projections included), the label-smoothed loss over
 (1024, 8000) logits, the embedding's gradient, and one Adam step over the model's 7.6M
 parameters. CPU time (``process_time``), median of --repeats, one thread (set
 OPENBLAS_NUM_THREADS=1). Running the same file against an older checkout gives the

@@ -10,7 +10,7 @@ One training step = zero the gradients, forward, backward, Adam (no clipping), o
 of ``--batch`` sentences x ``--length`` tokens (source and target), float32, dropout 0.1,
 label smoothing 0.1. Configurations (vocabulary ``--vocab``, 8000 by default):
 
-    d256   the issue's model: N=3+3, d_model=256, h=4, d_ff=1024 (= the ``small`` preset)
+    d256   a mid-size model: N=3+3, d_model=256, h=4, d_ff=1024 (= the ``small`` preset)
     tiny   the ``tiny`` preset (N=2, d_model=16, h=2, d_ff=32)
     base   the paper's base model (N=6, d_model=512, h=8, d_ff=2048)
 

@@ -68,7 +68,7 @@ xp = _ArrayModule()
 
 def _import_cupy():
     try:
-        import cupy  # noqa: PLC0415  (imported lazily: a CPU install has no cupy)
+        import cupy  # noqa: PLC0415  (optional, the gpu extra: a CPU install has no cupy)
     except ImportError as e:
         raise BackendError(
             "the cupy backend needs CuPy: pip install 'scratchformer[gpu]' "
@@ -176,7 +176,7 @@ def scatter_add(target, indices, values) -> None:
     slower). CuPy: ``cupyx.scatter_add`` (atomic adds).
     """
     if _state["name"] == "cupy":
-        import cupyx  # noqa: PLC0415
+        import cupyx  # noqa: PLC0415  (optional, comes with cupy: the gpu extra)
 
         cupyx.scatter_add(target, indices, values)
         return

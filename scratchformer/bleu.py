@@ -19,7 +19,7 @@ class ScoringError(ScratchformerError):
 
 def _sacrebleu():
     try:
-        import sacrebleu  # noqa: PLC0415
+        import sacrebleu  # noqa: PLC0415  (optional: the bleu extra)
     except ImportError:
         raise ScoringError(
             "scoring needs sacreBLEU: pip install -e '.[bleu]' (or pip install 'sacrebleu>=2')"

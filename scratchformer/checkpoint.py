@@ -313,11 +313,10 @@ def last_checkpoints(directory, n: int) -> list[Path]:
 
 def latest_checkpoint(directory) -> Path | None:
     """The checkpoint with the highest step in ``directory`` (None when there is none)."""
-    directory = Path(directory)
-    if not directory.is_dir():
+    try:
+        return last_checkpoints(directory, 1)[0]
+    except CheckpointError:  # no such directory, or no checkpoint in it
         return None
-    found = list_checkpoints(directory)
-    return found[-1][1] if found else None
 
 
 #: where each kind of model is used from the command line

@@ -12,7 +12,7 @@ import importlib
 import re
 import sys
 
-from scratchformer import __version__
+from scratchformer import __version__, backend
 from scratchformer.errors import ScratchformerError
 
 #: Modules that contribute sub-commands, in the order ``--help`` lists them.
@@ -64,8 +64,6 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.backend:
-            from scratchformer import backend  # noqa: PLC0415
-
             backend.set_backend(args.backend)
         return int(args.func(args) or 0)
     except (ScratchformerError, OSError, RuntimeError) as e:

@@ -4,7 +4,6 @@ it is not."""
 
 from collections import Counter
 
-import numpy as np
 import pytest
 
 from scratchformer import backend as B
@@ -37,11 +36,6 @@ def f64():
     """Make float64 the default dtype for the test."""
     with B.precision("float64"):
         yield
-
-
-@pytest.fixture
-def nprng():
-    return np.random.default_rng(1234)
 
 
 def pytest_terminal_summary(terminalreporter):

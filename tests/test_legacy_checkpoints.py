@@ -1,7 +1,7 @@
-"""Checkpoints written before the one training loop (commit 7ad2f11: ``train.py`` for the
-encoder-decoder tasks, ``train_tasks.py`` for lm and classify) load with today's code and
-give the same outputs; their runs resume. How they were made:
-tests/fixtures/checkpoints_7ad2f11/make_fixtures.py."""
+"""Checkpoints written by an earlier version (commit 7ad2f11), which had two training
+systems (``train.py`` for the encoder-decoder tasks, ``train_tasks.py`` for lm and
+classify), load with the current code and give the same outputs; their runs resume. How
+they were made: tests/fixtures/checkpoints_7ad2f11/make_fixtures.py."""
 
 import json
 import shutil

@@ -28,6 +28,10 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
+
+from scratchformer.data.bible import GENRES, iter_verses, open_bible, prepare_genre, prepare_text
+from scratchformer.data.bible_pairs import PAIRS, align_texts, ensure_modules, write_pairs
 
 
 def add_parser(sub) -> None:
@@ -68,14 +72,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from scratchformer.data.bible import (  # noqa: PLC0415
-        GENRES,
-        iter_verses,
-        open_bible,
-        prepare_genre,
-        prepare_text,
-    )
-
     if not (0 <= args.dev < 1 and 0 <= args.test < 1 and args.dev + args.test < 1):
         raise ValueError(f"--dev {args.dev} and --test {args.test} must leave some training data")
     t0 = time.perf_counter()
@@ -102,16 +98,6 @@ def run(args) -> int:
 
 
 def run_bible(args, t0: float) -> int:
-    from pathlib import Path  # noqa: PLC0415
-
-    from scratchformer.data.bible import iter_verses, open_bible  # noqa: PLC0415
-    from scratchformer.data.bible_pairs import (  # noqa: PLC0415
-        PAIRS,
-        align_texts,
-        ensure_modules,
-        write_pairs,
-    )
-
     src_mod, tgt_mod = PAIRS[args.pair]
     where = ensure_modules([src_mod, tgt_mod], args.sword_path, install=not args.no_install)
     out = Path(

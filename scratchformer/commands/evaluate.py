@@ -19,7 +19,11 @@ import sys
 import time
 from pathlib import Path
 
+from scratchformer.bleu import corpus_scores
+from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.commands import plural
+from scratchformer.data.bible_pairs import read_pairs
+from scratchformer.decode import translate
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
 from scratchformer.progress import progress_bar
@@ -68,11 +72,6 @@ def teacher_forced(model, tok, pairs, max_tokens: int = 4096) -> dict:
 
 
 def run(args) -> int:
-    from scratchformer.bleu import corpus_scores  # noqa: PLC0415
-    from scratchformer.checkpoint import load_with_tokenizer  # noqa: PLC0415
-    from scratchformer.data.bible_pairs import read_pairs  # noqa: PLC0415
-    from scratchformer.decode import translate  # noqa: PLC0415
-
     ckpt, tok = load_with_tokenizer(args.checkpoint, expect=Transformer)
     data_dir = args.data_dir
     if data_dir is None:

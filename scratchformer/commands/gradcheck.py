@@ -10,7 +10,6 @@ and theta - h, the numeric and the analytic derivative side by side, and their e
 
 from __future__ import annotations
 
-import copy
 import difflib
 import time
 
@@ -136,25 +135,92 @@ class UnknownParameterError(ScratchformerError):
     """``--explain`` names a parameter the model does not have."""
 
 
+def _check_parameter_name(name: str, names: list[str]) -> None:
+    """UnknownParameterError, with the closest names, when ``name`` is not in ``names``."""
+    if name in names:
+        return
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else "."
+    raise UnknownParameterError(
+        f"this model has no parameter {name!r}{hint} It has {len(names)}: "
+        f"{', '.join(names[:4])}, ... ('scratchformer gradcheck' lists them all)"
+    )
+
+
+def _sampled_entries(size: int, n: int, seed: int) -> list[int]:
+    """Flat indices of the entries checked: all of them for ``n`` = 0 or ``n`` >= size,
+    else ``n`` drawn without replacement by a generator seeded with ``seed``, sorted."""
+    if n == 0 or n >= size:
+        return list(range(size))
+    return sorted(backend.host_rng(seed).choice(size, n, replace=False).tolist())
+
+
+def _central_difference(theta, at: tuple, h: float, loss) -> tuple[float, float]:
+    """``(L(theta_at + h), L(theta_at - h))``, the entry ``theta[at]`` restored after."""
+    old = theta[at].copy()
+    theta[at] = old + h
+    L_plus = float(loss()[0])
+    theta[at] = old - h
+    L_minus = float(loss()[0])
+    theta[at] = old
+    return L_plus, L_minus
+
+
+def _print_explain_header(args, cfg, norm: str, theta, L0, n_checked: int, h: float) -> None:
+    """What is compared (the loss, both derivatives, the sample), then the column heads."""
+    print(
+        f"== {args.explain}, shape {tuple(theta.shape)}, in a {args.preset} encoder-decoder "
+        f"({norm}-LN, N={args.layers}, d_model={cfg.d_model}, h={cfg.h}, "
+        f"P_drop={cfg.P_drop} replayed, eps_ls={cfg.eps_ls}), float64"
+    )
+    print(
+        f"L = the cross-entropy (label smoothing {cfg.eps_ls}) of the demo batch "
+        f"(B=3, S=6, T=5, padded) = {float(L0):.12f}"
+    )
+    print("analytic = dL/dtheta_i from model.loss_backward (the hand-written backward pass)")
+    print(f"numeric  = (L(theta_i + h) - L(theta_i - h)) / 2h, h = {h:g}, central differences")
+    print(f"{n_checked} of {int(theta.size)} entries, a seeded sample:\n")
+    head = (
+        f"{'entry':<10} {'theta_i':>10} {'L(theta_i + h)':>17} {'L(theta_i - h)':>17} "
+        f"{'numeric':>13} {'analytic':>13} {'|a - n|':>9} {'rel err':>9}"
+    )
+    print(head)
+    print("-" * len(head))
+
+
+def _print_verdict(a_sel, numeric, tol: float) -> bool:
+    """The relative error of the entries checked against ``tol``, and a note on the
+    entries whose gradient is zero; True when within tolerance."""
+    rel = rel_error(a_sel, numeric)
+    ok = rel < tol
+    print(
+        f"\nrelative error of these entries, max|a - n| / max(|a| + |n|): {rel:.2e} "
+        f"(tolerance {tol:.0e}): {'PASSED' if ok else 'FAILED'}"
+    )
+    zeros = int((abs(a_sel) < 1e-12).sum())
+    if zeros:
+        print(
+            f"{zeros} of these entries have a zero gradient: the loss does not depend on them "
+            "for this batch (a token that does not occur, a masked position), and the numeric "
+            "derivative agrees."
+        )
+    return ok
+
+
 def explain(args) -> int:
-    """One parameter's gradient check, entry by entry, for a learner to follow."""
+    """One parameter's gradient check, entry by entry, for a learner to follow:
+    ``numeric_i = (L(theta_i + h) - L(theta_i - h)) / 2h`` against the analytic
+    ``dL/dtheta_i`` of the backward pass, in float64 with the dropout masks replayed."""
     np = backend.np
     norm = "post" if args.norm is None else args.norm
     if norm == "both":
         raise ScratchformerError("--explain checks one model: choose --norm post or --norm pre")
     cfg = _config(args, norm)
-    model = Transformer(cfg)
+    m = Transformer(cfg)
     name = args.explain
-    names = list(model.parameters())
-    if name not in names:
-        close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else "."
-        raise UnknownParameterError(
-            f"this model has no parameter {name!r}{hint} It has {len(names)}: "
-            f"{', '.join(names[:4])}, ... ('scratchformer gradcheck' lists them all)"
-        )
+    _check_parameter_name(name, list(m.parameters()))
+    m.astype(xp.float64)  # the check runs in float64
     src, tgt_in, tgt_out = (backend.asarray(a) for a in demo_batch(args.vocab, args.seed))
-    m = copy.deepcopy(model).astype(xp.float64)  # the check runs in float64
     drop_seed = args.seed + 1  # the same dropout masks in every evaluation
 
     def loss():
@@ -167,63 +233,21 @@ def explain(args) -> int:
     theta = m.parameters()[name]
     analytic = backend.asnumpy(m.gradients()[name]).reshape(-1)
     n_entries = 8 if args.samples is None else args.samples
-    size = int(theta.size)
-    if n_entries == 0 or n_entries >= size:
-        idx = list(range(size))
-    else:
-        idx = sorted(backend.host_rng(args.seed).choice(size, n_entries, replace=False).tolist())
-
+    idx = _sampled_entries(int(theta.size), n_entries, args.seed)
     h = DEFAULT_H
-    print(
-        f"== {name}, shape {tuple(theta.shape)}, in a {args.preset} encoder-decoder "
-        f"({norm}-LN, N={args.layers}, d_model={cfg.d_model}, h={cfg.h}, "
-        f"P_drop={cfg.P_drop} replayed, eps_ls={cfg.eps_ls}), float64"
-    )
-    print(
-        f"L = the cross-entropy (label smoothing {cfg.eps_ls}) of the demo batch "
-        f"(B=3, S=6, T=5, padded) = {float(L0):.12f}"
-    )
-    print("analytic = dL/dtheta_i from model.loss_backward (the hand-written backward pass)")
-    print(f"numeric  = (L(theta_i + h) - L(theta_i - h)) / 2h, h = {h:g}, central differences")
-    print(f"{len(idx)} of {size} entries, a seeded sample:\n")
-    head = (
-        f"{'entry':<10} {'theta_i':>10} {'L(theta_i + h)':>17} {'L(theta_i - h)':>17} "
-        f"{'numeric':>13} {'analytic':>13} {'|a - n|':>9} {'rel err':>9}"
-    )
-    print(head)
-    print("-" * len(head))
+    _print_explain_header(args, cfg, norm, theta, L0, len(idx), h)
     numeric = np.empty(len(idx))
     for j, i in enumerate(idx):
-        # index the parameter itself: it may be a non-contiguous view (the fused W_q/W_k/
-        # W_v of attention), where reshape(-1) would silently return a copy
         at = tuple(int(k) for k in np.unravel_index(i, theta.shape))
-        old = theta[at].copy()
-        theta[at] = old + h
-        L_plus = float(loss()[0])
-        theta[at] = old - h
-        L_minus = float(loss()[0])
-        theta[at] = old
+        old = float(theta[at])
+        L_plus, L_minus = _central_difference(theta, at, h, loss)
         numeric[j] = (L_plus - L_minus) / (2 * h)
         a = float(analytic[i])
         err = abs(a - numeric[j])
         rel = err / max(1e-8, abs(a) + abs(numeric[j]))
-        entry = str(tuple(int(k) for k in np.unravel_index(i, theta.shape)))
         print(
-            f"{entry:<10} {float(old):>10.6f} {L_plus:>17.12f} {L_minus:>17.12f} "
+            f"{str(at):<10} {old:>10.6f} {L_plus:>17.12f} {L_minus:>17.12f} "
             f"{numeric[j]:>13.6e} {a:>13.6e} {err:>9.1e} {rel:>9.1e}"
         )
-    a_sel = analytic[idx]
-    rel = rel_error(a_sel, numeric)
-    ok = rel < args.tol
-    print(
-        f"\nrelative error of these entries, max|a - n| / max(|a| + |n|): {rel:.2e} "
-        f"(tolerance {args.tol:.0e}): {'PASSED' if ok else 'FAILED'}"
-    )
-    zeros = int((abs(a_sel) < 1e-12).sum())
-    if zeros:
-        print(
-            f"{zeros} of these entries have a zero gradient: the loss does not depend on them "
-            "for this batch (a token that does not occur, a masked position), and the numeric "
-            "derivative agrees."
-        )
+    ok = _print_verdict(analytic[idx], numeric, args.tol)
     return 0 if ok else 1

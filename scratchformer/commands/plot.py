@@ -9,13 +9,15 @@ scratchformer plot curves runs/reverse                  loss, perplexity, lr, BL
 from __future__ import annotations
 
 import argparse
-import importlib
 import itertools
 import sys
 from pathlib import Path
 
-from scratchformer import viz
+from scratchformer import backend, viz
+from scratchformer.checkpoint import latest_checkpoint, load_checkpoint, load_with_tokenizer
+from scratchformer.decode import greedy_decode
 from scratchformer.models import Transformer
+from scratchformer.ops import sinusoidal_table
 from scratchformer.viz import ATTENTION_KINDS, PlotError
 
 
@@ -103,8 +105,6 @@ def run_dir_of(path: Path) -> Path:
 
 def _checkpoint_path(path) -> Path:
     """A checkpoint file, or the newest checkpoint of a run directory."""
-    from scratchformer.checkpoint import latest_checkpoint  # noqa: PLC0415
-
     path = Path(path)
     if path.is_dir():
         found = latest_checkpoint(path / "checkpoints") or latest_checkpoint(path)
@@ -117,26 +117,15 @@ def _checkpoint_path(path) -> Path:
 
 
 def _greedy(model, src_ids):
-    """The model's greedy output ids (no bos/eos), or None without scratchformer.decode."""
-    try:
-        decode = importlib.import_module("scratchformer.decode")
-    except ImportError:
-        return None
-    fn = getattr(decode, "greedy_decode", None)
-    if fn is None:
-        return None
-    from scratchformer import backend  # noqa: PLC0415
-
+    """The model's greedy output ids (no bos/eos)."""
     src = backend.asarray(backend.np.asarray([src_ids], dtype=backend.np.int64))
-    out = fn(model, src)  # up to source length + 50 tokens
+    out = greedy_decode(model, src)  # up to source length + 50 tokens
     cfg = model.config
     special = (cfg.pad_id, cfg.bos_id, cfg.eos_id)
     return [int(i) for i in backend.asnumpy(backend.np.asarray(out[0])) if int(i) not in special]
 
 
 def run_attention(args) -> int:
-    from scratchformer.checkpoint import load_with_tokenizer  # noqa: PLC0415
-
     ck, tok = load_with_tokenizer(_checkpoint_path(args.checkpoint), expect=Transformer)
     model, cfg = ck.model, ck.config
     src_ids = tok.encode(args.source)
@@ -146,11 +135,6 @@ def run_attention(args) -> int:
         tgt_ids, how = tok.encode(args.target), "teacher-forced --target"
     else:
         tgt_ids = _greedy(model, src_ids)
-        if tgt_ids is None:
-            raise PlotError(
-                "scratchformer.decode is not installed, so the model cannot produce its own "
-                "output: pass --target TEXT to teacher-force a target sentence"
-            )
         how = "the model's greedy output"
     itos = tok.vocab.itos
     bos, eos = itos[cfg.bos_id], itos[cfg.eos_id]
@@ -185,8 +169,6 @@ def run_attention(args) -> int:
 
 # -- positions, schedule, curves ---------------------------------------------------------------
 def run_positional(args) -> int:
-    from scratchformer.ops import sinusoidal_table  # noqa: PLC0415
-
     if args.positions < 1:
         raise PlotError(f"--positions must be at least 1, got {args.positions}")
     if args.checkpoint is None:
@@ -194,8 +176,6 @@ def run_positional(args) -> int:
             raise PlotError(f"--d-model must be at least 2, got {args.d_model}")
         table, title, sinusoidal = sinusoidal_table(args.positions, args.d_model), None, True
     else:
-        from scratchformer.checkpoint import load_checkpoint  # noqa: PLC0415
-
         ck = load_checkpoint(_checkpoint_path(args.checkpoint))
         cfg = ck.config
         n = min(args.positions, cfg.max_len)

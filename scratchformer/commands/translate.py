@@ -21,7 +21,9 @@ import sys
 import time
 from contextlib import ExitStack
 
+from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.commands import plural
+from scratchformer.decode import translate, translate_nbest
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
 from scratchformer.progress import progress_bar
@@ -51,9 +53,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from scratchformer.checkpoint import load_with_tokenizer  # noqa: PLC0415
-    from scratchformer.decode import translate, translate_nbest  # noqa: PLC0415
-
     if args.greedy and (args.nbest > 1 or args.scores):
         raise ScratchformerError("--greedy gives one output without scores: drop --nbest/--scores")
     ckpt, tokenizer = load_with_tokenizer(args.checkpoint, expect=Transformer)

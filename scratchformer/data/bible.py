@@ -8,7 +8,7 @@ The modules come from Debian packages (``sword-text-web``, ``sword-text-sparv``,
 ``sword-text-kjv``; installed under /usr/share/sword) and are read with the pure-Python
 ``pysword`` reader (``pip install -e '.[data]'``). All three texts are public domain.
 
-Cleaning (``clean_osis``), as the translation and the variant issues need it:
+Cleaning (``clean_osis``), as the translation task and the variant models need it:
 
 - footnotes and cross-references (``<note>...</note>``, with their ``<reference>``),
   headings (``<title>``, Song of Solomon's ``<speaker>``) are dropped with their content;
@@ -217,7 +217,7 @@ def clean_osis(markup: str, chapter_start: bool = False) -> str:
 # -- reading SWORD modules ----------------------------------------------------------------
 def _import_pysword():
     try:
-        from pysword.modules import SwordModules  # noqa: PLC0415
+        from pysword.modules import SwordModules  # noqa: PLC0415  (optional: the data extra)
     except ImportError:
         raise BibleDataError(
             "reading the Bible texts needs the pysword reader: pip install -e '.[data]' "

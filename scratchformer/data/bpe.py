@@ -35,7 +35,7 @@ class BPEError(ScratchformerError):
 
 def _spm():
     try:
-        import sentencepiece  # noqa: PLC0415
+        import sentencepiece  # noqa: PLC0415  (optional: the bpe extra)
     except ImportError:
         raise BPEError(
             "the subword (BPE) tokenizer needs SentencePiece: pip install -e '.[bpe]' "

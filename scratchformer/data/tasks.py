@@ -30,6 +30,7 @@ from pathlib import Path
 
 from scratchformer import backend
 from scratchformer.data.bible_pairs import read_pairs
+from scratchformer.data.bpe import BPETokenizer
 from scratchformer.data.tokenizers import CharTokenizer, Tokenizer, tokenizer_from_dict
 from scratchformer.data.vocab import Vocab
 from scratchformer.errors import ScratchformerError
@@ -125,8 +126,6 @@ def string_task(
 def translation_tokenizer(data_dir, vocab_size: int, train_pairs) -> Tokenizer:
     """The joint BPE of a translation task: loaded from ``{data_dir}/spm-bpe-{V}.json``
     if present, else learnt from ``train_pairs`` and written there."""
-    from scratchformer.data.bpe import BPETokenizer  # noqa: PLC0415 (needs sentencepiece)
-
     path = Path(data_dir) / f"spm-bpe-{vocab_size}.json"
     if path.is_file():
         try:

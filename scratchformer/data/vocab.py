@@ -84,9 +84,6 @@ class Vocab:
             out.append(self.itos[i])
         return out
 
-    def is_special(self, i: int) -> bool:
-        return 0 <= int(i) < len(SPECIALS)
-
     def to_dict(self) -> dict:
         return {"tokens": self.tokens}
 

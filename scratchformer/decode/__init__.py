@@ -15,7 +15,7 @@ from scratchformer.decode.beam import beam_search
 from scratchformer.decode.common import DecodeError, Hypothesis, length_penalty
 from scratchformer.decode.greedy import greedy_decode
 from scratchformer.decode.translate import Translation, translate, translate_nbest
-from scratchformer.nn.transformer import KVCache, LayerKV
+from scratchformer.nn.kv import KVCache, LayerKV
 
 __all__ = [
     "DecodeError",

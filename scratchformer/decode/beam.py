@@ -122,6 +122,112 @@ def _ngram_bans(history, n: int):
     return np.asarray(rows, np.int64), np.asarray(toks, np.int64)
 
 
+def _start(B: int, K: int, cfg):
+    """The search state before step 0: ``finished`` (per sentence, at most K
+    ``Hypothesis``, best first), ``active`` (B,) the original index of each sentence
+    still searching, ``history`` (R, 0) the tokens of each live row, ``cum`` (B, K) log P
+    of each live hypothesis (one live per sentence, K - 1 dead ones at -inf) and
+    ``tokens`` (R, 1) the next decoder input of every row (<bos>); R = B * K."""
+    np = backend.np
+    cum = np.full((B, K), -np.inf)
+    cum[:, 0] = 0.0
+    history = np.zeros((B * K, 0), dtype=np.int64)
+    return [[] for _ in range(B)], np.arange(B), history, cum, bos_column(B * K, cfg)
+
+
+def _next_log_probs(model, tokens, kv, step, max_lens, min_len, history, ngram):
+    """Step 1: log p(y | prefix) (R, V) float64 of every live row, one ``decode_step``,
+    with the token rules of ``constrain`` (``max_lens`` (R,) host: each row's L) and,
+    for ``ngram`` > 0, -inf on every token that would repeat an n-gram of the row."""
+    lp = log_probs(model.decode_step(tokens, kv)[:, -1])  # (R, V) float64
+    lp = constrain(lp, step, max_lens, min_len, model.config)
+    if ngram:
+        rows, toks = _ngram_bans(history, ngram)
+        if rows.size:
+            lp[backend.asarray(rows), backend.asarray(toks)] = -xp.inf
+    return lp
+
+
+def _finish_eos(finished, active, history, candidates, K: int, eos: int, lp_now: float):
+    """Step 3: every finite <eos> candidate within the top K ranks enters
+    ``finished[active[i]]`` as ``Hypothesis(history of its parent row, log P / lp_now,
+    log P)``.
+
+    candidates: ``(parent, tok, val)``, each (Ba, 2K) host, best first; history (Ba*K, t)."""
+    np = backend.np
+    parent, tok, val = candidates
+    top = np.isfinite(val[:, :K]) & (tok[:, :K] == eos)
+    for i, j in zip(*np.nonzero(top)):
+        row = i * K + parent[i, j]
+        hyp = Hypothesis(history[row].tolist(), float(val[i, j] / lp_now), float(val[i, j]))
+        finished[active[i]].append(hyp)
+
+
+def _survivors(val, parent, tok, eos: int, K: int):
+    """Step 4: the best K finite non-<eos> candidates of each sentence, rank order kept.
+
+    val, parent, tok (Ba, 2K) host  ->  ``alive`` (Ba, K) bool and the new live
+    hypotheses' ``cum`` log P (-inf where dead), ``parent`` beam (0 where dead) and
+    ``tok`` (<eos> where dead), each (Ba, K)."""
+    np = backend.np
+    live = np.isfinite(val) & (tok != eos)  # (Ba, 2K)
+    pick = np.argsort(~live, axis=1, kind="stable")[:, :K]  # ranks of the K chosen
+    alive = np.take_along_axis(live, pick, axis=1)  # (Ba, K)
+    new_cum = np.where(alive, np.take_along_axis(val, pick, axis=1), -np.inf)
+    new_parent = np.where(alive, np.take_along_axis(parent, pick, axis=1), 0)
+    new_tok = np.where(alive, np.take_along_axis(tok, pick, axis=1), eos)
+    return alive, new_cum, new_parent, new_tok
+
+
+def _reorder(kv, history, keep, new_parent, new_tok, Ba: int):
+    """Step 5: new row k of kept sentence i continues old row ``i*K + new_parent[i, k]``,
+    in the kv and in ``history``; sentences not in ``keep`` (sorted indices into the
+    ``Ba`` active ones) leave the batch.
+
+    Returns the new ``history`` (R', t + 1) and the next decoder input (R', 1), R' =
+    len(keep) * K."""
+    np = backend.np
+    K = new_parent.shape[1]
+    rows = (keep[:, None] * K + new_parent[keep]).reshape(-1)  # (R',)
+    kv.reorder(rows, sentences=None if keep.size == Ba else keep)
+    chosen = new_tok[keep].reshape(-1, 1)  # (R', 1)
+    history = np.concatenate([history[rows], chosen], axis=1)
+    return history, backend.asarray(chosen.astype(np.int64))
+
+
+def _done_sentences(finished, active, max_lens, alive, new_cum, step: int, alpha):
+    """Which of the ``Ba`` active sentences stop (the rules in the module docstring);
+    trims each one's ``finished`` to its best K (stable: earlier, shorter, first on ties).
+
+    Returns (Ba,) bool."""
+    np = backend.np
+    Ba, K = alive.shape
+    done = np.zeros(Ba, dtype=bool)
+    for i in range(Ba):
+        fin = finished[active[i]]
+        fin.sort(key=lambda h: -h.score)
+        del fin[K:]
+        L = max_lens[active[i]]
+        if step >= L or not alive[i].any():
+            done[i] = True
+        elif len(fin) == K:
+            best_possible = new_cum[i].max() / length_penalty(L + 1, alpha)
+            done[i] = best_possible <= fin[-1].score
+    return done
+
+
+def _best_of_each(finished, nbest: int, min_len: int, ngram: int) -> list[list[Hypothesis]]:
+    """The first ``nbest`` finished hypotheses of every sentence; DecodeError for a
+    sentence whose hypotheses could never end."""
+    for b, fin in enumerate(finished):
+        if not fin:
+            raise DecodeError(
+                f"sentence {b}: no hypothesis could end (min_len={min_len} with "
+                f"no_repeat_ngram_size={ngram} left no token to emit)"
+            )
+    return [fin[:nbest] for fin in finished]
+
+
 def beam_search(
     model,
     src,
@@ -155,79 +261,35 @@ def beam_search(
     max_lens = max_output_lengths(
         source_lengths(model, src), max_len_a, max_len_b, cfg.max_len
     )  # (B,) host: L_i
-    B = src.shape[0]
     memory, src_mask = model.encode_infer(src)  # (B, S, D), (B, 1, 1, S)
     kv = model.init_kv(memory, src_mask, beams=K, capacity=int(max_lens.max()) + 1)
-
-    finished = [[] for _ in range(B)]  # per sentence, at most K Hypothesis, best first
-    active = np.arange(B)  # original index of each sentence still searching
-    history = np.zeros((B * K, 0), dtype=np.int64)  # (R, t) tokens of each live row
-    cum = np.full((B, K), -np.inf)  # (B, K) log P of each live hypothesis
-    cum[:, 0] = 0.0  # one live hypothesis per sentence, K - 1 dead ones
-    tokens = bos_column(B * K, cfg)  # (R, 1) next decoder input of every row
+    finished, active, history, cum, tokens = _start(src.shape[0], K, cfg)
 
     for step in range(int(max_lens.max()) + 1):
         Ba = active.size
         # 1. next-token log-probabilities of every row, with the token rules
-        lp = log_probs(model.decode_step(tokens, kv)[:, -1])  # (R, V) float64
-        lp = constrain(lp, step, np.repeat(max_lens[active], K), min_len, cfg)
-        if no_repeat_ngram_size:
-            rows, toks = _ngram_bans(history, no_repeat_ngram_size)
-            if rows.size:
-                lp[backend.asarray(rows), backend.asarray(toks)] = -xp.inf
-
+        row_lens = np.repeat(max_lens[active], K)  # (R,) host
+        lp = _next_log_probs(
+            model, tokens, kv, step, row_lens, min_len, history, no_repeat_ngram_size
+        )
         # 2. the best 2K continuations of each sentence's K live hypotheses
         cand = (backend.asarray(cum).reshape(-1, 1) + lp).reshape(Ba, K * V)  # (B, K*V)
         idx, val = _top_candidates(cand, min(2 * K, K * V))  # (B, 2K) host, best first
         parent, tok = idx // V, idx % V  # beam within the sentence, token id
-        ok = np.isfinite(val)
-        is_eos = tok == eos
-
-        # 3. <eos> within the top K ranks finishes a hypothesis
-        lp_now = length_penalty(step + 1, alpha)  # |Y| = step tokens + <eos>
-        for i, j in zip(*np.nonzero(ok[:, :K] & is_eos[:, :K])):
-            row = i * K + parent[i, j]
-            hyp = Hypothesis(history[row].tolist(), float(val[i, j] / lp_now), float(val[i, j]))
-            finished[active[i]].append(hyp)
-
-        # 4. the best K non-<eos> candidates live on (rank order kept; dead = -inf)
-        live = ok & ~is_eos  # (B, 2K)
-        pick = np.argsort(~live, axis=1, kind="stable")[:, :K]  # ranks of the K chosen
-        alive = np.take_along_axis(live, pick, axis=1)  # (B, K)
-        new_cum = np.where(alive, np.take_along_axis(val, pick, axis=1), -np.inf)
-        new_parent = np.where(alive, np.take_along_axis(parent, pick, axis=1), 0)
-        new_tok = np.where(alive, np.take_along_axis(tok, pick, axis=1), eos)
-
-        # which sentences are done
-        done = np.zeros(Ba, dtype=bool)
-        for i in range(Ba):
-            fin = finished[active[i]]
-            fin.sort(key=lambda h: -h.score)  # stable: earlier (shorter) first on ties
-            del fin[K:]
-            L = max_lens[active[i]]
-            if step >= L or not alive[i].any():
-                done[i] = True
-            elif len(fin) == K:
-                best_possible = new_cum[i].max() / length_penalty(L + 1, alpha)
-                done[i] = best_possible <= fin[-1].score
+        # 3. <eos> within the top K ranks finishes a hypothesis (|Y| = step tokens + <eos>)
+        lp_eos = length_penalty(step + 1, alpha)
+        _finish_eos(finished, active, history, (parent, tok, val), K, eos, lp_eos)
+        # 4. the best K non-<eos> candidates live on; then which sentences are done
+        alive, new_cum, new_parent, new_tok = _survivors(val, parent, tok, eos, K)
+        done = _done_sentences(finished, active, max_lens, alive, new_cum, step, alpha)
         if done.all():
             break
-
-        # 5. reorder: new row k of sentence i continues old row i*K + parent
+        # 5. reorder the rows for the sentences still searching
         keep = np.flatnonzero(~done)
-        rows = (keep[:, None] * K + new_parent[keep]).reshape(-1)  # (R',)
-        kv.reorder(rows, sentences=None if keep.size == Ba else keep)
-        history = np.concatenate([history[rows], new_tok[keep].reshape(-1, 1)], axis=1)
+        history, tokens = _reorder(kv, history, keep, new_parent, new_tok, done.size)
         cum, active = new_cum[keep], active[keep]
-        tokens = backend.asarray(new_tok[keep].reshape(-1, 1).astype(np.int64))
 
-    for b, fin in enumerate(finished):
-        if not fin:
-            raise DecodeError(
-                f"sentence {b}: no hypothesis could end (min_len={min_len} with "
-                f"no_repeat_ngram_size={no_repeat_ngram_size} left no token to emit)"
-            )
-    return [fin[:nbest] for fin in finished]
+    return _best_of_each(finished, nbest, min_len, no_repeat_ngram_size)
 
 
 __all__ = ["beam_search"]

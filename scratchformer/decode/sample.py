@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from scratchformer import backend
 from scratchformer.errors import ScratchformerError
-from scratchformer.ops.softmax import softmax_forward
 
 
 class SamplingError(ScratchformerError):
@@ -88,13 +87,4 @@ def generate(
     return out
 
 
-def next_token_probs(model, prompt):
-    """The model's distribution over the token after ``prompt`` (host (V,)), no sampling."""
-    np = backend.np
-    ids = backend.asarray(np.asarray([prompt], dtype=np.int64))
-    logits = model.forward(ids)[0][:, -1]  # (1, V)
-    P, _ = softmax_forward(logits)
-    return backend.asnumpy(P[0])
-
-
-__all__ = ["SamplingError", "generate", "next_token_probs", "sample_next"]
+__all__ = ["SamplingError", "generate", "sample_next"]

@@ -176,9 +176,9 @@ class TransformerConfig:
         return cls(**d)
 
 
-#: self-attention variants; the causal-only ones need a causal mask (decoder, LM).
+#: self-attention variants; relative_skew and local are causal only (decoder, LM):
+#: nn.transformer.make_self_attention refuses them for an encoder.
 ATTENTION_KINDS = ("dense", "relative", "relative_skew", "local")
-CAUSAL_ONLY_ATTENTION = ("relative_skew", "local")
 
 _BASE = dict(N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1, eps_ls=0.1)
 

@@ -126,10 +126,10 @@ class Trainer:
         # Position: optimizer steps done, and the next batch of the data order.
         self.step, self.epoch, self.batch_index = 0, 0, 0
         self.tokens_seen = 0
-        self.seconds_before = 0.0  # training wall time of earlier sessions (resume)
-        self.t_start = time.perf_counter()  # of this session
-        self.tokens_seen_here = 0  # in this session
-        self.aside_seconds = 0.0  # of this session's validations and checkpoints
+        self.seconds_before = 0.0  # training wall time before this process (set on resume)
+        self.t_start = time.perf_counter()  # of this process
+        self.tokens_seen_here = 0  # by this process
+        self.aside_seconds = 0.0  # this process's validations and checkpoints
         self.last_checkpoint: Path | None = None
         if resume:
             self._resume(resume, overwrite)
@@ -356,7 +356,7 @@ class Trainer:
                 last = s == t.steps or bool(stopped)
                 if (t.log_every and s % t.log_every == 0) or last:
                     r = window.record(s, self.epoch, rec, self.tokens_seen)
-                    # wall time since the run began (earlier sessions too)
+                    # wall time since the run began (before a resume too)
                     r["elapsed"] = self.seconds_before + time.perf_counter() - t_start
                     self.log(r)
                     if not self.progress:

@@ -78,7 +78,7 @@ def test_evaluate_scores_the_decoded_split(tmp_path, bpe, data_dir, monkeypatch,
         assert len(sources) == len(hyps)
         return hyps
 
-    monkeypatch.setattr("scratchformer.decode.translate", fake_translate)
+    monkeypatch.setattr("scratchformer.commands.evaluate.translate", fake_translate)
     refs = [r.lower().rstrip(".") for r in test_refs]
     (data_dir / "test.tsv").write_text("".join(f"x\t{r}\n" for r in refs), encoding="utf-8")
     assert main(["evaluate", "--checkpoint", str(ckpt), "--beam", "4", "--json"]) == 0
