@@ -65,7 +65,7 @@ class TransformerConfig:
     eos_id: int = 2  # end of sentence: the last decoder output
     src_vocab_size: int | None = None  # only when share_embeddings != "all"
     seed: int = 0  # initialisation seed
-    # Self-attention variant (issue 6): "dense" (the paper), "relative" (Shaw et al.: key
+    # Self-attention variant: "dense" (the paper), "relative" (Shaw et al.: key
     # and value embeddings of distances clipped to +-max_relative_position), "relative_skew"
     # (Music Transformer: per-head key embeddings, the skew trick; causal only), "local"
     # (Image Transformer 1-D: blocks of local_block see their own and the previous block;

@@ -5,8 +5,8 @@
     logits = h E^T                      (the output projection shares E, unscaled)
     loss   = label-smoothed cross-entropy(logits, tgt_out), mean over non-pad tokens
 
-Decoding uses inference paths that build no backward caches: ``encode_infer`` once per
-batch, ``init_kv`` once (cross-attention keys/values per sentence), then ``decode_step``
+Decoding runs the training forwards with dropout off, dropping each backward cache as
+soon as it is made: ``encode_infer`` once per batch, ``init_kv`` once (cross-attention keys/values per sentence), then ``decode_step``
 per generated position (see scratchformer/decode/ for greedy and beam search).
 
 Dimension key: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` d_model,
@@ -153,11 +153,11 @@ class Transformer(Module):
         dx = self.encoder.backward(dmemory, cache.encoder)
         self.src_embed.backward(dx, cache.src_embed)
 
-    # -- inference: no dropout, no backward caches -----------------------------------------
+    # -- inference: the same forwards, dropout off, caches dropped ------------------------
     def encode_infer(self, src):
         """src (B, S) ids, right-padded with pad_id  ->  memory (B, S, D), src_mask (B, 1, 1, S).
 
-        Equal to ``encode(src)[0:2]``, without caches. Checks ids and length first.
+        Equal to ``encode(src)[0:2]``, keeping no caches. Checks ids and length first.
         """
         self._check_ids(src, "src", self.config.src_vocab)
         src_mask = padding_mask(src, self.config.pad_id)
