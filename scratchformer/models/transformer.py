@@ -6,8 +6,9 @@
     loss   = label-smoothed cross-entropy(logits, tgt_out), mean over non-pad tokens
 
 Decoding runs the training forwards with dropout off, dropping each backward cache as
-soon as it is made: ``encode_infer`` once per batch, ``init_kv`` once (cross-attention keys/values per sentence), then ``decode_step``
-per generated position (see scratchformer/decode/ for greedy and beam search).
+soon as it is made: ``encode_infer`` once per batch, ``init_kv`` once (cross-attention
+keys/values per sentence), then ``decode_step`` per generated position (see
+scratchformer/decode/ for greedy and beam search).
 
 Dimension key: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` d_model,
 ``V`` vocabulary, ``K`` beams per sentence, ``R = B * K`` decoding rows.
