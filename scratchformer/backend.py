@@ -201,6 +201,22 @@ def rowdot(a, b):
     return (a * b).sum(axis=-1)
 
 
+#: Why the backend named by ``SCRATCHFORMER_BACKEND`` could not be selected at import
+#: (None when it was, or when none was named). Importing never fails on it, so that a
+#: test run still runs and reports the CuPy tests as skipped; NumPy stays active, the
+#: command line refuses to start, and ``require_env_backend()`` raises it.
+env_error: BackendError | None = None
+
 _env = os.environ.get("SCRATCHFORMER_BACKEND")
 if _env:
-    set_backend(_env)
+    try:
+        set_backend(_env)
+    except BackendError as e:
+        env_error = BackendError(f"SCRATCHFORMER_BACKEND={_env}: {e}")
+
+
+def require_env_backend() -> None:
+    """Raise ``env_error`` when ``SCRATCHFORMER_BACKEND`` named a backend that could not
+    start (the command line calls this before any work)."""
+    if env_error is not None:
+        raise env_error

@@ -15,6 +15,8 @@ import sys
 from scratchformer import __version__, backend
 from scratchformer.errors import ScratchformerError
 
+DEBUG_HELP = "on an unexpected error, show Python's traceback instead of one line"
+
 #: Modules that contribute sub-commands, in the order ``--help`` lists them.
 COMMANDS = [
     "scratchformer.commands.gradcheck",
@@ -40,10 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="array backend (default: $SCRATCHFORMER_BACKEND or numpy)",
     )
     parser.add_argument("--version", action="version", version=f"scratchformer {__version__}")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
         importlib.import_module(name).add_parser(sub)
+    for command in sub.choices.values():  # also after the command: train ... --debug
+        command.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP
+        )
     _plain_help(parser)
     return parser
 
@@ -65,10 +72,9 @@ def main(argv=None) -> int:
     try:
         if args.backend:
             backend.set_backend(args.backend)
+        else:
+            backend.require_env_backend()
         return int(args.func(args) or 0)
-    except (ScratchformerError, OSError, RuntimeError) as e:
-        print(f"scratchformer {args.command}: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(
             f"scratchformer {args.command}: interrupted (a training run continues from its "
@@ -76,6 +82,33 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 130
+    except Exception as e:
+        if args.debug:
+            raise
+        return _report(args.command, e)
+
+
+def _report(command: str, e: Exception) -> int:
+    """One line on stderr for an error that reached the top; the exit code."""
+    if isinstance(e, (ScratchformerError, OSError, RuntimeError)):
+        print(f"scratchformer {command}: error: {e}", file=sys.stderr)
+        return 2
+    if isinstance(e, MemoryError):
+        print(
+            f"scratchformer {command}: error: out of memory (lower the batch, the beam, "
+            "the number of samples or the length)",
+            file=sys.stderr,
+        )
+        return 2
+    # The last line of defence: every error a user can cause has its own message; one
+    # that gets here is a bug of ours, reported in one line rather than a traceback.
+    first = str(e).splitlines()[0] if str(e) else ""
+    print(
+        f"scratchformer {command}: internal error: {type(e).__name__}: {first} "
+        "(run with --debug for the traceback)",
+        file=sys.stderr,
+    )
+    return 3
 
 
 if __name__ == "__main__":

@@ -20,6 +20,14 @@ _BACKENDS = [
 ]
 
 
+def pytest_report_header(config):
+    """Say so at the top of the run when SCRATCHFORMER_BACKEND named a backend that
+    could not start (the tests then run on NumPy; the CuPy copies skip)."""
+    if B.env_error is not None:
+        return f"scratchformer: {B.env_error}; tests run on numpy"
+    return None
+
+
 @pytest.fixture(params=_BACKENDS)
 def backend(request):
     """Run the test under the given backend, restoring NumPy afterwards."""

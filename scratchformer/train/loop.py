@@ -64,6 +64,7 @@ from scratchformer.progress import Ticker, clock, progress_bar
 from scratchformer.train import report
 from scratchformer.train.config import TrainConfig, resume_changes
 from scratchformer.train.rundir import (
+    RunLock,
     append_record,
     clear_for_fresh_run,
     drop_later_checkpoints,
@@ -131,6 +132,14 @@ class Trainer:
         self.tokens_seen_here = 0  # by this process
         self.aside_seconds = 0.0  # this process's validations and checkpoints
         self.last_checkpoint: Path | None = None
+        # One run writes a directory at a time: locked before anything in it changes,
+        # released when ``run`` ends (or with the process).
+        self.lock = RunLock(self.run_dir).acquire()
+        if self.lock.taken_over:
+            echo(
+                f"note: {self.run_dir} was still marked as used by a run that ended without "
+                f"releasing it ({self.lock.taken_over}); this run takes it over"
+            )
         if resume:
             self._resume(resume, overwrite)
         else:
@@ -203,7 +212,21 @@ class Trainer:
     def meta(self) -> dict:
         return {**self.task.meta(), "train_config": self.cfg.to_dict()}
 
+    def _check_finite_state(self) -> None:
+        """A checkpoint is only written of a finite state: parameters and both Adam
+        moments (a step can leave them infinite while its loss was still finite)."""
+        stores = {
+            "parameter": self.model.parameters(),
+            "Adam first moment": self.optimizer.m,
+            "Adam second moment": self.optimizer.v,
+        }
+        for what, arrays in stores.items():
+            bad = [k for k, a in arrays.items() if not bool(backend.xp.isfinite(a).all())]
+            if bad:
+                self._diverged(self.step, f"{len(bad)} {what} arrays ({bad[0]}, ...)")
+
     def save(self) -> Path:
+        self._check_finite_state()
         path = save_checkpoint(
             self.ckpt_dir / checkpoint_name(self.step),
             self.model,
@@ -247,7 +270,10 @@ class Trainer:
         if not math.isfinite(grad_norm):
             self._diverged(s, f"the gradient norm is {grad_norm}")
         lr = self.schedule(s)
-        self.optimizer.step(grads, lr)
+        with backend.np.errstate(over="ignore", invalid="ignore"):
+            # an update that overflows is reported in one line by the finite-state check
+            # before the next checkpoint and by the next step's loss, not by NumPy warnings
+            self.optimizer.step(grads, lr)
         self.step = s
         tokens = sum(b.n_tokens for b in batches)
         self.tokens_seen += tokens
@@ -276,8 +302,11 @@ class Trainer:
         the way; then, with ``final_eval``, judge the test set."""
         threads = self.cfg.train.threads
         limits = threadpool_limits(threads, user_api="blas") if threads else nullcontext()
-        with limits:
-            return self._run(final_eval)
+        try:
+            with limits:
+                return self._run(final_eval)
+        finally:
+            self.lock.release()
 
     def _run(self, final_eval: bool) -> TrainResult:
         cfg = self.cfg

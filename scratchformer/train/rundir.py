@@ -1,17 +1,83 @@
-"""The run directory: a fresh run never mixes with an earlier one, a resumed run drops
-what it abandons, and the metrics log keeps the records up to where a run resumes.
+"""The run directory: one run writes it at a time, a fresh run never mixes with an earlier
+one, a resumed run drops what it abandons, and the metrics log keeps the records up to
+where a run resumes.
 
     runs/<name>/config.json, metrics.jsonl, checkpoints/checkpoint_<step>.npz,
-    checkpoints/averaged.npz
+    checkpoints/averaged.npz, .lock
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import time
 from pathlib import Path
+
+try:
+    import fcntl  # POSIX advisory locks; the operating system releases them with the process
+except ImportError:  # pragma: no cover - not POSIX: the directory is not locked
+    fcntl = None
 
 from scratchformer.checkpoint import list_checkpoints
 from scratchformer.errors import ConfigError
+
+LOCK_NAME = ".lock"
+
+
+class RunLock:
+    """An exclusive lock on a run directory, held by the process that writes it.
+
+    ``runs/<name>/.lock`` is locked with ``flock`` (the operating system drops the lock
+    when the holder exits, ``kill -9`` included) and names its holder (process id, host,
+    start time) while held. A second run on the directory is refused with that name. A
+    holder killed before it could clear its name leaves the name without the lock: the
+    next run takes the lock over and says whose it was (``taken_over``).
+    """
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK_NAME
+        self.taken_over = ""
+        self._fd = None
+
+    def acquire(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _read_holder(fd) or "holder unknown"
+            os.close(fd)
+            raise ConfigError(
+                f"{self.path.parent} is in use by another training run ({holder}): wait for "
+                "it to finish, or give this run another --name"
+            ) from None
+        self.taken_over = _read_holder(fd)
+        os.ftruncate(fd, 0)
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {started}".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Clear the holder's name and drop the lock (the file stays: removing it could
+        let two runs lock two different files of the same name)."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)  # closing drops the flock
+
+    def __del__(self):
+        self.release()
+
+
+def _read_holder(fd) -> str:
+    """The holder's name in the lock file ('' when none is written)."""
+    return os.pread(fd, 200, 0).decode("utf-8", errors="replace").strip()
 
 
 def clear_for_fresh_run(run_dir: Path, overwrite: bool) -> None:
@@ -74,4 +140,10 @@ def truncate_metrics(path: Path, step: int) -> None:
     path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
 
 
-__all__ = ["append_record", "clear_for_fresh_run", "drop_later_checkpoints", "truncate_metrics"]
+__all__ = [
+    "RunLock",
+    "append_record",
+    "clear_for_fresh_run",
+    "drop_later_checkpoints",
+    "truncate_metrics",
+]
