@@ -18,6 +18,11 @@ LABELLED = [("law", "Moses spoke to Aaron."), ("gospels", "Jesus said to them, â
 TINY = {"N": 1, "d_model": 16, "d_ff": 32, "h": 2, "max_len": 64}
 TASK_NAMES = ("reverse", "translate", "lm", "classify")
 
+#: ``scratchformer train`` flags of a reverse run that takes a second or two
+TINY_RUN = ["--task", "reverse", "--set", "model.preset=tiny", "--no-progress"] + [
+    a for k in ("train_size=200", "valid_size=10", "test_size=4") for a in ("--set", f"task.{k}")
+]
+
 
 def corpus():
     """~150 Spanish -> English sentence pairs with accents and punctuation."""

@@ -10,26 +10,12 @@ import math
 
 import numpy as np
 import pytest
-from task_data import run_config
+from task_data import TINY_RUN, run_config
 
 from scratchformer import backend as B
 from scratchformer.checkpoint import list_checkpoints, load_checkpoint
 from scratchformer.cli import main as cli_main
 from scratchformer.train import TrainConfig, Trainer, TrainingDiverged
-
-TINY_RUN = [
-    "--task",
-    "reverse",
-    "--set",
-    "model.preset=tiny",
-    "--set",
-    "task.train_size=200",
-    "--set",
-    "task.valid_size=10",
-    "--set",
-    "task.test_size=4",
-    "--no-progress",
-]
 
 
 def test_an_overflowing_update_leaves_no_checkpoint(tmp_path, capsys):

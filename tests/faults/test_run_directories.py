@@ -13,23 +13,10 @@ import sys
 import time
 
 import pytest
+from task_data import TINY_RUN
 
 from scratchformer.cli import main as cli_main
 from scratchformer.train.rundir import LOCK_NAME, RunLock
-
-TINY_RUN = [
-    "--task",
-    "reverse",
-    "--set",
-    "model.preset=tiny",
-    "--set",
-    "task.train_size=200",
-    "--set",
-    "task.valid_size=10",
-    "--set",
-    "task.test_size=4",
-    "--no-progress",
-]
 
 HOLD = (
     "import sys, time\n"
