@@ -41,7 +41,6 @@ import json
 import math
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from threadpoolctl import threadpool_limits
@@ -63,6 +62,7 @@ from scratchformer.optim import Adam, clip_grad_norm, make_schedule
 from scratchformer.progress import Ticker, clock, progress_bar
 from scratchformer.train import report
 from scratchformer.train.config import TrainConfig, resume_changes
+from scratchformer.train.report import TrainResult
 from scratchformer.train.rundir import (
     RunLock,
     append_record,
@@ -70,27 +70,18 @@ from scratchformer.train.rundir import (
     drop_later_checkpoints,
     truncate_metrics,
 )
-from scratchformer.train.step import Window, accumulate_gradients, dropout_seed
+from scratchformer.train.step import (
+    Window,
+    accumulate_gradients,
+    dropout_seed,
+    nonfinite_state,
+)
 from scratchformer.train.tasks import TASKS
 
 
 def say(*args) -> None:
     """The default ``echo``: print at once, so that a log file follows the run."""
     print(*args, flush=True)
-
-
-@dataclass
-class TrainResult:
-    step: int  # optimizer steps done in total
-    losses: list  # [(step, training loss)] of the steps run in this call
-    valid: list  # validation records of this call
-    test: dict | None  # test metrics of the final model (averaged when average_last > 1)
-    examples: list  # the final model's test examples (task-specific tuples or texts)
-    checkpoint: Path | None  # the last checkpoint written
-    run_dir: Path
-    elapsed: float  # seconds spent in this call
-    stopped: str = ""  # why the run stopped before train.steps ("" if it did not)
-    files: list = field(default_factory=list)  # every file of the run directory it wrote
 
 
 class Trainer:
@@ -132,14 +123,8 @@ class Trainer:
         self.tokens_seen_here = 0  # by this process
         self.aside_seconds = 0.0  # this process's validations and checkpoints
         self.last_checkpoint: Path | None = None
-        # One run writes a directory at a time: locked before anything in it changes,
-        # released when ``run`` ends (or with the process).
-        self.lock = RunLock(self.run_dir).acquire()
-        if self.lock.taken_over:
-            echo(
-                f"note: {self.run_dir} was still marked as used by a run that ended without "
-                f"releasing it ({self.lock.taken_over}); this run takes it over"
-            )
+        # locked before anything in the directory changes; released when ``run`` ends
+        self.lock = RunLock(self.run_dir).acquire(echo)
         if resume:
             self._resume(resume, overwrite)
         else:
@@ -212,21 +197,11 @@ class Trainer:
     def meta(self) -> dict:
         return {**self.task.meta(), "train_config": self.cfg.to_dict()}
 
-    def _check_finite_state(self) -> None:
-        """A checkpoint is only written of a finite state: parameters and both Adam
-        moments (a step can leave them infinite while its loss was still finite)."""
-        stores = {
-            "parameter": self.model.parameters(),
-            "Adam first moment": self.optimizer.m,
-            "Adam second moment": self.optimizer.v,
-        }
-        for what, arrays in stores.items():
-            bad = [k for k, a in arrays.items() if not bool(backend.xp.isfinite(a).all())]
-            if bad:
-                self._diverged(self.step, f"{len(bad)} {what} arrays ({bad[0]}, ...)")
-
     def save(self) -> Path:
-        self._check_finite_state()
+        """Checkpoint the run; never of a non-finite state (see ``nonfinite_state``)."""
+        bad = nonfinite_state(self.model, self.optimizer)
+        if bad:
+            self._diverged(self.step, bad)
         path = save_checkpoint(
             self.ckpt_dir / checkpoint_name(self.step),
             self.model,
@@ -270,9 +245,7 @@ class Trainer:
         if not math.isfinite(grad_norm):
             self._diverged(s, f"the gradient norm is {grad_norm}")
         lr = self.schedule(s)
-        with backend.np.errstate(over="ignore", invalid="ignore"):
-            # an update that overflows is reported in one line by the finite-state check
-            # before the next checkpoint and by the next step's loss, not by NumPy warnings
+        with backend.np.errstate(over="ignore", invalid="ignore"):  # reported by save/loss
             self.optimizer.step(grads, lr)
         self.step = s
         tokens = sum(b.n_tokens for b in batches)

@@ -9,6 +9,8 @@
     test set: <examples>, then one line per model (last checkpoint, average)
     done: <steps> steps in <time> (<tokens/s>), then every file written
 
+and what a run returns (``TrainResult``).
+
 The periodic line is printed every ``log_every`` steps when there is no progress bar
 (with one, its fields are the bar's postfix); every other line always.
 """
@@ -16,9 +18,24 @@ The periodic line is printed every ``log_every`` steps when there is no progress
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from scratchformer.progress import clock
+
+
+@dataclass
+class TrainResult:
+    step: int  # optimizer steps done in total
+    losses: list  # [(step, training loss)] of the steps run in this call
+    valid: list  # validation records of this call
+    test: dict | None  # test metrics of the final model (averaged when average_last > 1)
+    examples: list  # the final model's test examples (task-specific tuples or texts)
+    checkpoint: Path | None  # the last checkpoint written
+    run_dir: Path
+    elapsed: float  # seconds spent in this call
+    stopped: str = ""  # why the run stopped before train.steps ("" if it did not)
+    files: list = field(default_factory=list)  # every file of the run directory it wrote
 
 
 def _pct(x) -> str:
@@ -118,6 +135,7 @@ def files_written(run_dir: Path, checkpoints: list, averaged: Path | None) -> li
 
 __all__ = [
     "FORMATS",
+    "TrainResult",
     "clock",
     "files_written",
     "header",

@@ -40,7 +40,9 @@ class RunLock:
         self.taken_over = ""
         self._fd = None
 
-    def acquire(self) -> RunLock:
+    def acquire(self, echo=None) -> RunLock:
+        """Take the lock or refuse in one line; ``echo`` (a print function) is told when a
+        lock left by a killed run is taken over."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -54,6 +56,11 @@ class RunLock:
                 "it to finish, or give this run another --name"
             ) from None
         self.taken_over = _read_holder(fd)
+        if self.taken_over and echo is not None:
+            echo(
+                f"note: {self.path.parent} was still marked as used by a run that ended "
+                f"without releasing it ({self.taken_over}); this run takes it over"
+            )
         os.ftruncate(fd, 0)
         started = time.strftime("%Y-%m-%d %H:%M:%S")
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {started}".encode(), 0)

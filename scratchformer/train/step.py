@@ -1,5 +1,6 @@
 """One optimizer step's pieces: gradients accumulated over micro-batches, the dropout
-seed of each micro-batch, and the running sums logged between two "train" records."""
+seed of each micro-batch, the running sums logged between two "train" records, and the
+check that the state after a step is finite."""
 
 from __future__ import annotations
 
@@ -8,6 +9,21 @@ import time
 
 from scratchformer import backend
 from scratchformer.errors import ScratchformerError
+
+
+def nonfinite_state(model, optimizer) -> str:
+    """'' when the parameters and both Adam moments are finite, else what is not (a step
+    can leave them infinite while its own loss was still finite: no checkpoint of that)."""
+    stores = {
+        "parameter": model.parameters(),
+        "Adam first moment": optimizer.m,
+        "Adam second moment": optimizer.v,
+    }
+    for what, arrays in stores.items():
+        bad = [k for k, a in arrays.items() if not bool(backend.xp.isfinite(a).all())]
+        if bad:
+            return f"{len(bad)} {what} arrays ({bad[0]}, ...)"
+    return ""
 
 
 def accumulate_gradients(model, batches, rngs=None) -> tuple[float, float, int]:
