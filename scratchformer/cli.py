@@ -15,7 +15,7 @@ import sys
 from scratchformer import __version__, backend
 from scratchformer.errors import ScratchformerError
 
-DEBUG_HELP = "on an unexpected error, show Python's traceback instead of one line"
+DEBUG_HELP = "on an error, show Python's traceback instead of the one-line message"
 
 #: Modules that contribute sub-commands, in the order ``--help`` lists them.
 COMMANDS = [
