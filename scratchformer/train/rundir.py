@@ -48,13 +48,16 @@ class RunLock:
         try:
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:  # held by another process (any other OSError propagates)
             holder = _read_holder(fd) or "holder unknown"
             os.close(fd)
             raise ConfigError(
                 f"{self.path.parent} is in use by another training run ({holder}): wait for "
                 "it to finish, or give this run another --name"
             ) from None
+        except OSError:  # locks not supported here, say: reported as it is, in one line
+            os.close(fd)
+            raise
         self.taken_over = _read_holder(fd)
         if self.taken_over and echo is not None:
             echo(
@@ -79,7 +82,10 @@ class RunLock:
             os.close(fd)  # closing drops the flock
 
     def __del__(self):
-        self.release()
+        try:
+            self.release()
+        except Exception:  # at interpreter exit: the operating system drops the lock anyway
+            pass
 
 
 def _read_holder(fd) -> str:
