@@ -103,8 +103,9 @@ class GradReport:
         return self.table()
 
 
-def _entries(size: int, max_entries, rng):
-    """Flat indices to check: all of them, or a seeded sample of ``max_entries``."""
+def sample_entries(size: int, max_entries, rng):
+    """Flat indices to check: all of them (``max_entries`` None), or a sample of
+    ``max_entries`` drawn without replacement by ``rng``, sorted."""
     if max_entries is None or size <= max_entries:
         return range(size)
     return sorted(rng.choice(size, size=max_entries, replace=False).tolist())
@@ -119,14 +120,20 @@ def numeric_gradient(f, x, indices, h: float = DEFAULT_H):
     out = backend.np.empty(len(indices))
     for j, i in enumerate(indices):
         pos = tuple(int(k) for k in backend.np.unravel_index(i, x.shape))  # C-order entry i
-        old = x[pos].copy()
-        x[pos] = old + h
-        f_plus = float(f())
-        x[pos] = old - h
-        f_minus = float(f())
-        x[pos] = old
+        f_plus, f_minus = central_values(f, x, pos, h)
         out[j] = (f_plus - f_minus) / (2.0 * h)
     return out
+
+
+def central_values(f, x, pos: tuple, h: float = DEFAULT_H) -> tuple[float, float]:
+    """``(f() with x[pos] + h, f() with x[pos] - h)``; the entry is restored exactly."""
+    old = x[pos].copy()
+    x[pos] = old + h
+    f_plus = float(f())
+    x[pos] = old - h
+    f_minus = float(f())
+    x[pos] = old
+    return f_plus, f_minus
 
 
 def check_gradients(
@@ -149,7 +156,7 @@ def check_gradients(
         g = analytic[name]
         if tuple(g.shape) != tuple(x.shape):
             raise ValueError(f"gradient of {name} has shape {g.shape}, expected {x.shape}")
-        idx = list(_entries(int(x.size), max_entries, sampler))
+        idx = list(sample_entries(int(x.size), max_entries, sampler))
         num = numeric_gradient(f, x, idx, h)
         ana = backend.asnumpy(g).reshape(-1)[idx].astype(float)
         rel = rel_error(ana, num)

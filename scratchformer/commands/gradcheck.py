@@ -16,7 +16,14 @@ import time
 from scratchformer import backend
 from scratchformer.backend import xp
 from scratchformer.errors import ScratchformerError
-from scratchformer.gradcheck import DEFAULT_H, DEFAULT_TOL, check_model, rel_error
+from scratchformer.gradcheck import (
+    DEFAULT_H,
+    DEFAULT_TOL,
+    central_values,
+    check_model,
+    rel_error,
+    sample_entries,
+)
 from scratchformer.models import PRESETS, Transformer, TransformerConfig
 from scratchformer.progress import progress_bar
 
@@ -147,25 +154,6 @@ def _check_parameter_name(name: str, names: list[str]) -> None:
     )
 
 
-def _sampled_entries(size: int, n: int, seed: int) -> list[int]:
-    """Flat indices of the entries checked: all of them for ``n`` = 0 or ``n`` >= size,
-    else ``n`` drawn without replacement by a generator seeded with ``seed``, sorted."""
-    if n == 0 or n >= size:
-        return list(range(size))
-    return sorted(backend.host_rng(seed).choice(size, n, replace=False).tolist())
-
-
-def _central_difference(theta, at: tuple, h: float, loss) -> tuple[float, float]:
-    """``(L(theta_at + h), L(theta_at - h))``, the entry ``theta[at]`` restored after."""
-    old = theta[at].copy()
-    theta[at] = old + h
-    L_plus = float(loss()[0])
-    theta[at] = old - h
-    L_minus = float(loss()[0])
-    theta[at] = old
-    return L_plus, L_minus
-
-
 def _print_explain_header(args, cfg, norm: str, theta, L0, n_checked: int, h: float) -> None:
     """What is compared (the loss, both derivatives, the sample), then the column heads."""
     print(
@@ -233,14 +221,14 @@ def explain(args) -> int:
     theta = m.parameters()[name]
     analytic = backend.asnumpy(m.gradients()[name]).reshape(-1)
     n_entries = 8 if args.samples is None else args.samples
-    idx = _sampled_entries(int(theta.size), n_entries, args.seed)
+    idx = sample_entries(int(theta.size), n_entries or None, backend.host_rng(args.seed))
     h = DEFAULT_H
     _print_explain_header(args, cfg, norm, theta, L0, len(idx), h)
     numeric = np.empty(len(idx))
     for j, i in enumerate(idx):
         at = tuple(int(k) for k in np.unravel_index(i, theta.shape))
         old = float(theta[at])
-        L_plus, L_minus = _central_difference(theta, at, h, loss)
+        L_plus, L_minus = central_values(lambda: loss()[0], theta, at, h)
         numeric[j] = (L_plus - L_minus) / (2 * h)
         a = float(analytic[i])
         err = abs(a - numeric[j])
