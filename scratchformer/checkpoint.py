@@ -103,6 +103,14 @@ def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_sta
 
     ``optimizer``: an ``Adam`` (or its ``state_dict()``); ``meta`` and ``train_state``:
     JSON-serialisable dicts. Returns the path written.
+
+    Testing hook: with the environment variable ``SCRATCHFORMER_FAULT_SAVE`` set to a
+    point of the write (``before-write``: the temporary file created, empty;
+    ``after-write``: it is written and fsync'ed, not yet renamed; ``after-replace``: the
+    file is in place), optionally ``:<file name>`` (``after-write:averaged.npz``), the
+    save stops there: it prints ``fault point <point>: <path>`` on stderr and sleeps, so
+    that a test can kill the process at exactly that point (tests/faults/test_faults.py).
+    Unset, it costs one environment lookup per point.
     """
     np = backend.np
     path = Path(path)
@@ -134,17 +142,35 @@ def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_sta
 
     fd, tmp = _create_temporary(path)
     try:
+        _fault_point("before-write", path)
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
             f.flush()
             os.fsync(f.fileno())
+        _fault_point("after-write", path)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+    _fault_point("after-replace", path)
     return path
+
+
+def _fault_point(point: str, path: Path) -> None:
+    """The testing hook of ``save_checkpoint`` (see there): announce ``point`` on stderr
+    and sleep when ``SCRATCHFORMER_FAULT_SAVE`` names it (and ``path``'s name, if given),
+    so that a fault test can kill the save exactly there; nothing otherwise."""
+    wanted = os.environ.get("SCRATCHFORMER_FAULT_SAVE")
+    if not wanted:
+        return
+    where, _, name = wanted.partition(":")
+    if where == point and name in ("", path.name):
+        import time  # the testing hook alone sleeps
+
+        os.write(2, f"fault point {point}: {path}\n".encode())
+        time.sleep(3600)
 
 
 def _model_spec(model) -> dict:
