@@ -48,6 +48,7 @@ from scratchformer.data.bible import (
     split_files,
     sword_path,
 )
+from scratchformer.data.text import iter_text_lines
 from scratchformer.errors import ScratchformerError
 
 #: ``--pair`` choices: (source module, target module).
@@ -216,8 +217,10 @@ def write_pairs(out_dir, src: list[Verse], tgt: list[Verse], dev=0.05, test=0.05
 
 def read_pairs(path) -> list[tuple[str, str]]:
     """``[(source, target)]`` from a TSV file written by ``write_pairs`` (a third column,
-    the reference, is optional). Raises ``ParallelDataError`` naming the file and line
-    for a missing file, a line without a tab, an empty side, or a file with no pairs."""
+    the reference, is optional), read by ``iter_text_lines`` (UTF-8, lines end at
+    ``\\n``). Raises ``ParallelDataError`` naming the file and line for a missing file, a
+    line without a tab, an empty side, or a file with no pairs (``TextEncodingError``
+    for bytes that are not UTF-8)."""
     p = Path(path)
     if not p.is_file():
         raise ParallelDataError(
@@ -225,21 +228,19 @@ def read_pairs(path) -> list[tuple[str, str]]:
             f"{p.parent}` (or point --data-dir at a directory holding {p.name})"
         )
     rows = []
-    with open(p, encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                raise ParallelDataError(f"{p}:{i}: empty line (expected source<TAB>target)")
-            parts = line.split("\t")
-            if len(parts) not in (2, 3):
-                raise ParallelDataError(
-                    f"{p}:{i}: expected source<TAB>target[<TAB>ref], found {len(parts)} "
-                    f"tab-separated field(s): {line[:60]!r}"
-                )
-            s, t = parts[0].strip(), parts[1].strip()
-            if not s or not t:
-                raise ParallelDataError(f"{p}:{i}: empty {'source' if not s else 'target'}")
-            rows.append((s, t))
+    for i, line in iter_text_lines(p):
+        if not line.strip():
+            raise ParallelDataError(f"{p}:{i}: empty line (expected source<TAB>target)")
+        parts = line.split("\t")
+        if len(parts) not in (2, 3):
+            raise ParallelDataError(
+                f"{p}:{i}: expected source<TAB>target[<TAB>ref], found {len(parts)} "
+                f"tab-separated field(s): {line[:60]!r}"
+            )
+        s, t = parts[0].strip(), parts[1].strip()
+        if not s or not t:
+            raise ParallelDataError(f"{p}:{i}: empty {'source' if not s else 'target'}")
+        rows.append((s, t))
     if not rows:
         raise ParallelDataError(f"{p} holds no sentence pairs (empty split)")
     return rows

@@ -1,16 +1,36 @@
-"""Monolingual corpora: verses one per line (language model), labelled verses (classifier).
+"""Text files as the program reads them, and the monolingual corpora.
 
+    for lineno, line in iter_text_lines("src.txt"): ...      # (1, "first line"), ...
+    iter_text_lines(sys.stdin.buffer, "stdin")                # an open binary stream
     load_lines("data", "web")     {split: [verse]}           from web.{train,dev,test}.txt
     load_labelled("data", "genre")  {split: [(label, verse)]}  from genre.{train,dev,test}.tsv
 
-``scratchformer data web-text`` and ``scratchformer data genre`` write these files; a
+Every text the program reads from a user goes through ``iter_text_lines``, so that all
+of them follow one rule:
+
+- UTF-8, decoded line by line: a byte sequence that is not UTF-8 is an error naming the
+  file, the line and the column (``src.txt: line 3 is not UTF-8 (byte 0xff at column
+  7)``), not a traceback and not a guess at another encoding;
+- a NUL byte is an error too: valid UTF-8, but no text of ours holds one, and it is what
+  a UTF-16 file or a binary file looks like when read as UTF-8;
+- lines end at ``\n`` only. A ``\r\n`` ending loses its ``\r`` (a file written on
+  Windows reads like one written anywhere else); a ``\r`` elsewhere stays part of the
+  line, so that the lines read are the lines a line-counting tool sees (a line that
+  Python's universal newlines would split in two stays one);
+- a UTF-8 byte order mark at the start of the file is dropped (some editors write one;
+  it is not part of the first line's text); the last line needs no ``\n``.
+
+``scratchformer data web-text`` and ``scratchformer data genre`` write the corpora; a
 missing one is an error naming the command that makes it. ``words`` is the
 classifier's pre-tokenisation.
 """
 
 from __future__ import annotations
 
+import io
+import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from scratchformer.errors import ScratchformerError
@@ -20,6 +40,59 @@ SPLITS = ("train", "dev", "test")
 
 class CorpusError(ScratchformerError):
     """A corpus file is missing or holds nothing usable."""
+
+
+class TextEncodingError(CorpusError):
+    """A text file holds bytes that are not UTF-8 text (or a NUL byte)."""
+
+
+BOM = "\ufeff"
+
+
+def iter_text_lines(source, name: str | None = None) -> Iterator[tuple[int, str]]:
+    """``(line number from 1, line)`` for each line of ``source``, read as the module
+    doc says. ``source`` is a path or an open stream: a binary one (``sys.stdin.buffer``)
+    is decoded here; a text one (a ``StringIO``) is taken as already decoded. ``name``
+    is what error messages call the file (default: the path itself).
+
+    Lines are read one at a time, so memory stays that of one line, and a stream such as
+    a pipe gives each line as soon as it arrives."""
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as f:
+            yield from iter_text_lines(f, str(source) if name is None else name)
+        return
+    name = name or str(getattr(source, "name", "input"))
+    lines = source if _is_binary(source) else iter(source.readline, "")
+    for lineno, raw in enumerate(lines, start=1):
+        text = raw if isinstance(raw, str) else _decode(raw, lineno, name)
+        if text.endswith("\n"):
+            text = text[:-2] if text.endswith("\r\n") else text[:-1]
+        if lineno == 1 and text.startswith(BOM):
+            text = text[1:]
+        if "\0" in text:
+            raise TextEncodingError(
+                f"{name}: line {lineno} holds a NUL byte at column {text.index(chr(0)) + 1} "
+                "(a binary or UTF-16 file? text must be UTF-8)"
+            )
+        yield lineno, text
+
+
+def _is_binary(stream) -> bool:
+    """Whether ``stream`` gives bytes (a binary file or buffer) rather than str."""
+    return not isinstance(stream, io.TextIOBase)
+
+
+def _decode(raw: bytes, lineno: int, name: str) -> str:
+    """One line's bytes as text; an error naming the line and column of a bad byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        column = len(raw[: e.start].decode("utf-8")) + 1  # characters, counted from 1
+        if lineno == 1 and raw.startswith(BOM.encode("utf-8")):
+            column -= 1  # the byte order mark is not part of the line
+        raise TextEncodingError(
+            f"{name}: line {lineno} is not UTF-8 (byte 0x{raw[e.start]:02x} at column {column})"
+        ) from None
 
 
 def _need_file(path: Path, command: str) -> Path:
@@ -34,8 +107,7 @@ def load_lines(data_dir, stem: str = "web") -> dict:
     out = {}
     for s in SPLITS:
         p = _need_file(d / f"{stem}.{s}.txt", f"data web-text --data-dir {d}")
-        with open(p, encoding="utf-8") as f:
-            out[s] = [line.rstrip("\r\n") for line in f if line.strip()]
+        out[s] = [line for _, line in iter_text_lines(p) if line.strip()]
         if not out[s]:
             raise CorpusError(f"{p} holds no lines")
     return out
@@ -49,11 +121,10 @@ def load_labelled(data_dir, stem: str = "genre") -> dict:
     for s in SPLITS:
         p = _need_file(d / f"{stem}.{s}.tsv", f"data genre --data-dir {d}")
         rows = []
-        with open(p, encoding="utf-8") as f:
-            for line in f:
-                parts = line.rstrip("\r\n").split("\t")
-                if len(parts) >= 2 and parts[1]:
-                    rows.append((parts[0], parts[1]))
+        for _, line in iter_text_lines(p):
+            parts = line.split("\t")
+            if len(parts) >= 2 and parts[1]:
+                rows.append((parts[0], parts[1]))
         if not rows:
             raise CorpusError(f"{p} holds no label<TAB>text lines")
         out[s] = rows
@@ -65,4 +136,11 @@ def words(text: str) -> str:
     return " ".join(re.findall(r"\w+|[^\w\s]", text.lower()))
 
 
-__all__ = ["CorpusError", "load_labelled", "load_lines", "words"]
+__all__ = [
+    "CorpusError",
+    "TextEncodingError",
+    "iter_text_lines",
+    "load_labelled",
+    "load_lines",
+    "words",
+]

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from scratchformer import backend
+from scratchformer.data.text import iter_text_lines
 from scratchformer.optim.schedule import NoamSchedule
 from scratchformer.viz.figure import DPI, PlotError, new_figure, png_path, save_png
 
@@ -167,24 +168,24 @@ CURVE_PANELS = {
 def read_metrics(path) -> list[dict]:
     """The records of a metrics log: one JSON object per line (blank lines skipped).
 
-    Raises PlotError naming the file for a missing file, a line that is not a JSON
-    object, or a log with no records.
+    Read by ``iter_text_lines`` (UTF-8, lines end at ``\\n``). Raises PlotError naming
+    the file for a missing file, a line that is not a JSON object, or a log with no
+    records (``TextEncodingError`` for bytes that are not UTF-8).
     """
     path = Path(path)
     if not path.is_file():
         raise PlotError(f"no metrics log at {path}")
     records = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PlotError(f"{path} line {n} is not JSON: {e}") from None
-            if not isinstance(rec, dict):
-                raise PlotError(f"{path} line {n} is not a JSON object")
-            records.append(rec)
+    for n, line in iter_text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise PlotError(f"{path} line {n} is not JSON: {e}") from None
+        if not isinstance(rec, dict):
+            raise PlotError(f"{path} line {n} is not a JSON object")
+        records.append(rec)
     if not records:
         raise PlotError(f"the metrics log {path} is empty: nothing to plot")
     return records
