@@ -76,8 +76,13 @@ class _Bar(tqdm):
         super().close()
 
 
-def progress_bar(total: int, what: str, unit: str, file=None, disable: bool = False):
-    """A progress bar (on stderr unless ``file``) that disappears when the stage ends."""
+def progress_bar(total: int | None, what: str, unit: str, file=None, disable: bool | None = False):
+    """A progress bar (on stderr unless ``file``) that disappears when the stage ends.
+
+    ``total=None``: the amount of work is not known beforehand (input from a pipe): the
+    bar counts and shows the rate, without a percentage. ``disable=None``: drawn only
+    when ``file`` is a terminal, for commands whose stderr is otherwise read by programs
+    and should hold nothing but their messages."""
     return _Bar(
         total=total,
         desc=what,

@@ -8,7 +8,9 @@ Reads ``<data-dir>/<split>.tsv`` (``source<TAB>target[<TAB>ref]``; the data dire
 defaults to the one the checkpoint was trained on), decodes the sources with the
 checkpoint's model and its own tokenizer (beam search, or greedy), detokenizes, and
 prints corpus BLEU and chrF with the sacreBLEU signatures (``pip install -e '.[bleu]'``).
-``--output`` writes the hypotheses, one per line, in the order of the file.
+``--output`` writes the hypotheses, one per line, in the order of the file, a chunk of
+``--chunk-size`` sentences at a time as they are decoded; only their text is kept for
+the scores.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import json
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from scratchformer.bleu import corpus_scores
@@ -24,6 +27,7 @@ from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.commands import plural
 from scratchformer.data.bible_pairs import read_pairs
 from scratchformer.decode import translate
+from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
 from scratchformer.progress import progress_bar
@@ -51,6 +55,12 @@ def add_parser(sub) -> None:
     p.add_argument("--limit", type=int, default=0, help="only the first N pairs (0 = all)")
     p.add_argument("--output", default=None, help="write the hypotheses to this file")
     p.add_argument("--json", action="store_true", help="print the scores as one JSON line")
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        default=None,
+        help=f"sentences decoded and written at a time (default {CHUNK_SIZE})",
+    )
     p.set_defaults(func=run)
 
 
@@ -64,7 +74,7 @@ def teacher_forced(model, tok, pairs, max_tokens: int = 4096) -> dict:
     enc = [(s, t) for s, t in enc if 0 < len(s) <= limit and len(t) <= limit]
     if not enc:
         return {}
-    bar = progress_bar(len(enc), "perplexity", "sentence")
+    bar = progress_bar(len(enc), "perplexity", "sentence", disable=None)
     batches = pair_batches(enc, max_tokens, progress=bar.update)
     m = evaluation.teacher_forced(model, batches, 0.0, model.config.pad_id)
     bar.close()
@@ -80,31 +90,16 @@ def run(args) -> int:
             raise ScratchformerError(
                 f"{args.checkpoint} does not say which data it was trained on: pass --data-dir"
             )
-    pairs = read_pairs(Path(data_dir) / f"{args.split}.tsv")
+    path = Path(data_dir) / f"{args.split}.tsv"
+    pairs = read_pairs(path)
     if args.limit:
         pairs = pairs[: args.limit]
-    sources, refs = [s for s, _ in pairs], [t for _, t in pairs]
+    refs = [t for _, t in pairs]
     t0 = time.perf_counter()
-    bar = progress_bar(len(sources), f"decoding {args.split}", "sentence")
-    hyps = translate(
-        ckpt.model,
-        tok,
-        sources,
-        beam_size=args.beam,
-        alpha=args.alpha,
-        greedy=args.greedy,
-        max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b,
-        min_len=args.min_len,
-        batch_size=args.batch_size,
-        progress=bar.update,
-    )
+    hyps, warning = _decode_split(args, ckpt.model, tok, pairs, str(path))
     dt = time.perf_counter() - t0
-    bar.close()
     out_tokens = sum(len(tok.encode(h)) + 1 for h in hyps)  # re-encoded, + <eos>: ~ generated
     scores_tf = teacher_forced(ckpt.model, tok, pairs)
-    if args.output:
-        Path(args.output).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     scores = corpus_scores(hyps, refs)
     how = "greedy" if args.greedy else f"beam {args.beam}, alpha {args.alpha}"
     if args.json:
@@ -136,5 +131,45 @@ def run(args) -> int:
                 f"{scores_tf['ppl_tokens']} target tokens)"
             )
         print(f"decoding: {out_tokens / dt:.0f} output tokens/s ({plural(len(pairs), 'sentence')})")
+    if warning:
+        print(warning, file=sys.stderr)
     print(f"evaluated in {dt:.1f} s", file=sys.stderr)
     return 0
+
+
+def _decode_split(args, model, tok, pairs, name: str) -> tuple[list[str], str | None]:
+    """The hypotheses of the sources of ``pairs`` (line ``i`` of the file is pair ``i``:
+    ``read_pairs`` allows no blank line), decoded a chunk at a time and written to
+    ``--output`` as each chunk is done; and the warning about <unk> tokens, if any.
+    Only the hypotheses' text is kept, for the corpus scores."""
+    chunk_size = CHUNK_SIZE if args.chunk_size is None else args.chunk_size
+    if chunk_size < 1:
+        raise ScratchformerError(f"--chunk-size must be at least 1, got {chunk_size}")
+    check = SourceCheck(model, tok, name)
+    hyps = []
+    with ExitStack() as stack:
+        bar = progress_bar(len(pairs), f"decoding {args.split}", "sentence", disable=None)
+        stack.callback(bar.close)
+        out = None
+        if args.output:
+            out = stack.enter_context(open(args.output, "w", encoding="utf-8"))
+        numbered = enumerate((s for s, _ in pairs), start=1)
+        for chunk in chunked(check(numbered), chunk_size):
+            got = translate(
+                model,
+                tok,
+                [s for _, s in chunk],
+                beam_size=args.beam,
+                alpha=args.alpha,
+                greedy=args.greedy,
+                max_len_a=args.max_len_a,
+                max_len_b=args.max_len_b,
+                min_len=args.min_len,
+                batch_size=args.batch_size,
+                progress=bar.update,
+            )
+            hyps += got
+            if out is not None:
+                out.write("".join(h + "\n" for h in got))
+                out.flush()
+    return hyps, check.warning()

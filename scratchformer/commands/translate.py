@@ -12,6 +12,15 @@ is the length-penalised one hypotheses are ranked by). An empty input line gives
 empty output line (no n-best lines). ``--greedy`` decodes greedily instead.
 
 The tokenizer is the one stored in the checkpoint (``meta["tokenizer"]``).
+
+The input is read as UTF-8, one sentence per ``\\n``-ended line (a ``\\r\\n`` ending loses
+its ``\\r``; a UTF-8 byte order mark at the start is dropped); bytes that are not UTF-8
+are an error naming the line. Tokens the model's vocabulary lacks are read as <unk>,
+with one warning at the end. The input is translated in chunks of ``--chunk-size``
+lines (sorted into batches within each), each written before the next is read: memory
+does not grow with the input, and output comes while a pipe is still being written.
+An error in a later chunk (a line too long for the model) leaves the earlier chunks'
+output written.
 """
 
 from __future__ import annotations
@@ -23,7 +32,9 @@ from contextlib import ExitStack
 
 from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.commands import plural
+from scratchformer.data.text import iter_text_lines
 from scratchformer.decode import translate, translate_nbest
+from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
 from scratchformer.progress import progress_bar
@@ -49,72 +60,87 @@ def add_parser(sub) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     p.add_argument("--greedy", action="store_true", help="greedy decoding (ignores --beam)")
     p.add_argument("--scores", action="store_true", help="tab-separated output with scores")
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        default=None,
+        help=f"lines read, translated and written at a time (default {CHUNK_SIZE})",
+    )
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     if args.greedy and (args.nbest > 1 or args.scores):
         raise ScratchformerError("--greedy gives one output without scores: drop --nbest/--scores")
+    chunk_size = CHUNK_SIZE if args.chunk_size is None else args.chunk_size
+    if chunk_size < 1:
+        raise ScratchformerError(f"--chunk-size must be at least 1, got {chunk_size}")
     ckpt, tokenizer = load_with_tokenizer(args.checkpoint, expect=Transformer)
-    with ExitStack() as stack:
-        src = (
-            sys.stdin
-            if args.input == "-"
-            else stack.enter_context(open(args.input, encoding="utf-8"))
-        )
-        sentences = [line.rstrip("\r\n") for line in src]
-    bar = progress_bar(sum(1 for s in sentences if s.strip()), "translating", "sentence")
-    options = dict(
-        max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b,
-        min_len=args.min_len,
-        batch_size=args.batch_size,
-        progress=bar.update,
-    )
-    t0 = time.perf_counter()
-    if args.greedy:
-        lines = translate(ckpt.model, tokenizer, sentences, greedy=True, **options)
-    elif args.nbest == 1 and not args.scores:
-        lines = translate(
-            ckpt.model,
-            tokenizer,
-            sentences,
-            beam_size=args.beam,
-            alpha=args.alpha,
-            no_repeat_ngram_size=args.no_repeat_ngram,
-            **options,
-        )
+    if args.input == "-":
+        source, name, total = getattr(sys.stdin, "buffer", sys.stdin), "stdin", None
     else:
-        results = translate_nbest(
-            ckpt.model,
-            tokenizer,
-            sentences,
-            beam_size=args.beam,
-            alpha=args.alpha,
-            nbest=args.nbest,
-            no_repeat_ngram_size=args.no_repeat_ngram,
-            **options,
-        )
-        lines = []
-        for i, nb in enumerate(results, start=1):
-            if not nb:
-                lines.append("")
-            for rank, t in enumerate(nb, start=1):
-                h = t.hypothesis
-                lines.append(f"{i}\t{rank}\t{h.score:.6f}\t{h.logprob:.6f}\t{t.text}")
-    dt = time.perf_counter() - t0
-    bar.close()
+        # a first pass over the file: the bar's total, and bad bytes found before any output
+        source, name = args.input, args.input
+        total = sum(1 for _, line in iter_text_lines(source) if line.strip())
+    check = SourceCheck(ckpt.model, tokenizer, name)
+    decode = _decoder(args, ckpt.model, tokenizer)
+    n = 0
+    t0 = time.perf_counter()
     with ExitStack() as stack:
+        bar = progress_bar(total, "translating", "sentence", disable=None)
+        stack.callback(bar.close)
         out = (
             sys.stdout
             if args.output == "-"
             else stack.enter_context(open(args.output, "w", encoding="utf-8"))
         )
-        for line in lines:
-            out.write(line + "\n")
+        for chunk in chunked(check(iter_text_lines(source, name)), chunk_size):
+            out.write("".join(line + "\n" for line in decode(chunk, bar.update)))
+            out.flush()  # a reader at the other end of a pipe gets each chunk at once
+            n += len(chunk)
+    dt = time.perf_counter() - t0
+    if check.warning():
+        print(check.warning(), file=sys.stderr)
     how = "greedy" if args.greedy else f"beam {args.beam}, alpha {args.alpha}"
     print(
-        f"translated {plural(len(sentences), 'sentence')} in {dt:.2f} s ({how}, step {ckpt.step})",
+        f"translated {plural(n, 'sentence')} in {dt:.2f} s ({how}, step {ckpt.step})",
         file=sys.stderr,
     )
     return 0
+
+
+def _decoder(args, model, tokenizer):
+    """``decode(chunk, progress) -> output lines``: one chunk of ``(line number,
+    sentence)`` pairs decoded as the options ask, its lines in input order (one per
+    sentence, or the n-best lines of each)."""
+    options = dict(
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
+        min_len=args.min_len,
+        batch_size=args.batch_size,
+    )
+    if args.greedy:
+        return lambda chunk, progress: translate(
+            model, tokenizer, [s for _, s in chunk], greedy=True, progress=progress, **options
+        )
+    options.update(beam_size=args.beam, alpha=args.alpha, no_repeat_ngram_size=args.no_repeat_ngram)
+    if args.nbest == 1 and not args.scores:
+        return lambda chunk, progress: translate(
+            model, tokenizer, [s for _, s in chunk], progress=progress, **options
+        )
+
+    def nbest_lines(chunk, progress):
+        sentences = [s for _, s in chunk]
+        results = translate_nbest(
+            model, tokenizer, sentences, nbest=args.nbest, progress=progress, **options
+        )
+        lines = []
+        for (lineno, _), nb in zip(chunk, results):
+            if not nb:
+                lines.append("")
+            for rank, t in enumerate(nb, start=1):
+                h = t.hypothesis
+                lines.append(f"{lineno}\t{rank}\t{h.score:.6f}\t{h.logprob:.6f}\t{t.text}")
+        return lines
+
+    return nbest_lines

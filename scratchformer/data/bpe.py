@@ -48,6 +48,7 @@ class BPETokenizer(Tokenizer):
     """A SentencePiece BPE model behind the ``Tokenizer`` interface (see the module doc)."""
 
     kind = "spm-bpe"
+    unit = "piece"
 
     def __init__(self, model_proto: bytes):
         spm = _spm()
@@ -107,6 +108,14 @@ class BPETokenizer(Tokenizer):
 
     def encode(self, text: str) -> list[int]:
         return self.sp.encode(text, out_type=int)
+
+    def unknown(self, text: str) -> list[str]:
+        """The pieces read as <unk>: none but for a character that ``byte_fallback``
+        cannot spell (a model trained without it)."""
+        ids = self.encode(text)
+        if self.vocab.unk_id not in ids:
+            return []
+        return [p for p, i in zip(self.split(text), ids) if i == self.vocab.unk_id]
 
     def decode(self, ids: Iterable[int]) -> str:
         n = len(self.vocab)

@@ -22,6 +22,8 @@ class Tokenizer:
     """Base class: ``split(text) -> tokens``, ``join(tokens) -> text``, plus a vocabulary."""
 
     kind = "base"
+    #: what one token is, in messages ("3 characters unknown to the vocabulary")
+    unit = "token"
 
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
@@ -49,6 +51,10 @@ class Tokenizer:
         dropped = (self.vocab.pad_id, self.vocab.bos_id, self.vocab.eos_id)
         return self.join(self.vocab.decode(i for i in ids if int(i) not in dropped))
 
+    def unknown(self, text: str) -> list[str]:
+        """The tokens of ``text`` that ``encode`` reads as <unk>, in order."""
+        return [t for t in self.split(text) if t not in self.vocab]
+
     def __len__(self) -> int:
         return len(self.vocab)
 
@@ -63,6 +69,7 @@ class CharTokenizer(Tokenizer):
     """One token per character (spaces included)."""
 
     kind = "char"
+    unit = "character"
 
     def split(self, text: str) -> list[str]:
         return list(text)
@@ -75,6 +82,7 @@ class WhitespaceTokenizer(Tokenizer):
     """Tokens are the whitespace-separated words; decoding joins them with one space."""
 
     kind = "whitespace"
+    unit = "word"
 
     def split(self, text: str) -> list[str]:
         return text.split()
@@ -90,6 +98,38 @@ TOKENIZERS: dict[str, type[Tokenizer]] = {
 #: Tokenizers in their own modules (an optional library behind them), imported on demand;
 #: the module adds itself to ``TOKENIZERS``.
 LAZY_TOKENIZERS = {"spm-bpe": "scratchformer.data.bpe"}
+
+
+class UnknownTokens:
+    """Counts the tokens of many lines that a tokenizer reads as <unk>, so that a
+    command warns once at the end (``warning()``) rather than once per line."""
+
+    def __init__(self, tokenizer: Tokenizer, name: str = ""):
+        self.tokenizer, self.name = tokenizer, name
+        self.count = self.lines = 0
+        self.first: tuple[str, int] | None = None  # (token, line number)
+
+    def note(self, text: str, lineno: int) -> None:
+        """Count the unknown tokens of ``text``, line ``lineno`` of the input."""
+        found = self.tokenizer.unknown(text)
+        if found:
+            self.first = self.first or (found[0], lineno)
+            self.count += len(found)
+            self.lines += 1
+
+    def warning(self) -> str | None:
+        """The one-line warning, or None when every token was known."""
+        if not self.count:
+            return None
+        unit = self.tokenizer.unit + ("s" if self.count != 1 else "")
+        lines = f"{self.lines} line" + ("s" if self.lines != 1 else "")
+        token, lineno = self.first
+        where = f"line {lineno}" + (f" of {self.name}" if self.name else "")
+        verb = "are" if self.count != 1 else "is"
+        return (
+            f"warning: {self.count} {unit} on {lines} {verb} unknown to the model's "
+            f"vocabulary and read as <unk> (first: {token!r} on {where})"
+        )
 
 
 def tokenizer_from_dict(d: dict) -> Tokenizer:
@@ -115,6 +155,7 @@ __all__ = [
     "UNK",
     "CharTokenizer",
     "Tokenizer",
+    "UnknownTokens",
     "WhitespaceTokenizer",
     "tokenizer_from_dict",
 ]

@@ -24,13 +24,27 @@ Documented behaviour for awkward input:
 Sentences are sorted by length into batches of ``batch_size`` (less padding) and the
 results put back in input order; thanks to the batch-invariance of the searches this
 changes nothing but speed.
+
+Commands that translate a whole file stream it: ``chunked`` cuts the numbered lines
+into chunks of ``CHUNK_SIZE``, each translated (sorted and batched within the chunk)
+and written before the next is read, so memory does not grow with the file and the
+first outputs come while the input still arrives. ``SourceCheck`` checks each line as
+it is read, naming its file and line.
+
+    check = SourceCheck(model, tok, "src.txt")
+    for chunk in chunked(check(iter_text_lines("src.txt")), CHUNK_SIZE):
+        write(translate(model, tok, [s for _, s in chunk]))
+    check.warning()      # one line about the tokens read as <unk>, or None
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from scratchformer import backend
+from scratchformer.data.tokenizers import UnknownTokens
 from scratchformer.decode.beam import beam_search
 from scratchformer.decode.common import DecodeError, Hypothesis
 from scratchformer.decode.greedy import greedy_decode
@@ -42,6 +56,18 @@ class Translation:
     hypothesis: Hypothesis  # its tokens, score and log-probability
 
 
+#: lines a streaming command reads, translates and writes at a time: enough for full
+#: length-sorted batches, few enough that memory stays small and output comes early
+CHUNK_SIZE = 2000
+
+
+def _too_long(where: str, n: int, limit: int) -> DecodeError:
+    return DecodeError(
+        f"{where} has {n} tokens, more than the {limit} positions this model supports "
+        "(config.max_len): split or shorten it"
+    )
+
+
 def _encode_all(model, tokenizer, sentences) -> list[list[int]]:
     if isinstance(sentences, str):
         raise DecodeError("translate() takes a list of sentences, got a single string")
@@ -50,12 +76,46 @@ def _encode_all(model, tokenizer, sentences) -> list[list[int]]:
     for i, s in enumerate(sentences):
         ids = list(tokenizer.encode(s))
         if len(ids) > limit:
-            raise DecodeError(
-                f"sentence {i} has {len(ids)} tokens, more than the {limit} positions this "
-                "model supports (config.max_len): split or shorten it"
-            )
+            raise _too_long(f"sentence {i}", len(ids), limit)
         encoded.append(ids)
     return encoded
+
+
+def chunked(items: Iterable, size: int) -> Iterator[list]:
+    """Consecutive lists of up to ``size`` items of ``items``, read only as each list
+    is asked for (a stream is never read ahead by more than one chunk)."""
+    if not isinstance(size, int) or size < 1:
+        raise DecodeError(f"the chunk size must be an integer >= 1, got {size!r}")
+    it = iter(items)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+class SourceCheck:
+    """Checks source lines as a command reads them, before any is decoded: a line with
+    more tokens than the model has positions is an error naming ``name`` and the line
+    (the decoder's own check knows only the place in a chunk), and the tokens read as
+    <unk> are counted for one warning (``warning()``) instead of one per line."""
+
+    def __init__(self, model, tokenizer, name: str):
+        self.tokenizer, self.name = tokenizer, name
+        self.limit = model.config.max_len
+        self.unknown = UnknownTokens(tokenizer, name)
+
+    def __call__(self, numbered: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+        """``numbered`` (``(line number, text)`` pairs) passed through, checked."""
+        unk = self.tokenizer.vocab.unk_id
+        for lineno, text in numbered:
+            ids = self.tokenizer.encode(text)
+            if len(ids) > self.limit:
+                raise _too_long(f"{self.name}: line {lineno}", len(ids), self.limit)
+            if unk in ids:
+                self.unknown.note(text, lineno)
+            yield lineno, text
+
+    def warning(self) -> str | None:
+        """One line about the tokens read as <unk> so far, or None if there were none."""
+        return self.unknown.warning()
 
 
 def _batches(encoded, batch_size: int):
@@ -163,4 +223,4 @@ def translate(
     return out
 
 
-__all__ = ["Translation", "translate", "translate_nbest"]
+__all__ = ["CHUNK_SIZE", "SourceCheck", "Translation", "chunked", "translate", "translate_nbest"]
