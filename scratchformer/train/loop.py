@@ -37,7 +37,6 @@ classified), with the last checkpoint and with the average of the last
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from contextlib import nullcontext
@@ -68,7 +67,10 @@ from scratchformer.train.rundir import (
     append_record,
     clear_for_fresh_run,
     drop_later_checkpoints,
+    prune_checkpoints,
+    remove_temporaries,
     truncate_metrics,
+    write_config,
 )
 from scratchformer.train.step import (
     Window,
@@ -123,12 +125,14 @@ class Trainer:
         self.tokens_seen_here = 0  # by this process
         self.aside_seconds = 0.0  # this process's validations and checkpoints
         self.last_checkpoint: Path | None = None
+        self.window = Window()  # the sums of the next "train" record (saved for resume)
         # locked before anything in the directory changes; released when ``run`` ends
         self.lock = RunLock(self.run_dir).acquire(echo)
         if resume:
             self._resume(resume, overwrite)
         else:
             clear_for_fresh_run(self.run_dir, overwrite)
+        remove_temporaries(self.run_dir, echo)
 
     # -- the run directory ------------------------------------------------------------------
     def _resume(self, resume, overwrite: bool) -> None:
@@ -146,8 +150,10 @@ class Trainer:
         self.step, self.epoch, self.batch_index = ts["step"], ts["epoch"], ts["batch_index"]
         self.tokens_seen = ts.get("tokens_seen", ts.get("tokens", 0))
         self.seconds_before = ts.get("seconds", 0.0)
+        self.window = Window(ts.get("window"))
         self.last_checkpoint = path
         drop_later_checkpoints(self.ckpt_dir, self.step, overwrite)
+        prune_checkpoints(self.ckpt_dir, self.cfg.train)
         truncate_metrics(self.metrics_path, self.step)
 
     def _check_resumable(self, ck, path) -> None:
@@ -192,6 +198,7 @@ class Trainer:
             "tokens_seen": self.tokens_seen,
             "seed": self.cfg.seed,
             "seconds": self.seconds_before + time.perf_counter() - self.t_start,
+            "window": self.window.state(),
         }
 
     def meta(self) -> dict:
@@ -211,10 +218,7 @@ class Trainer:
             train_state=self.train_state(),
         )
         self.last_checkpoint = path
-        keep = self.cfg.train.keep_checkpoints
-        if keep:
-            for _, old in list_checkpoints(self.ckpt_dir)[:-keep]:
-                old.unlink()
+        prune_checkpoints(self.ckpt_dir, self.cfg.train)
         return path
 
     def log(self, record: dict) -> None:
@@ -284,7 +288,7 @@ class Trainer:
     def _run(self, final_eval: bool) -> TrainResult:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+        write_config(self.run_dir, cfg.to_dict())
         if self.step == 0:
             for line in self.task.notes():
                 self.echo(line)
@@ -331,7 +335,7 @@ class Trainer:
         t = self.cfg.train
         losses, valid, stopped = [], [], ""
         self.tokens_seen_here, self.aside_seconds = 0, 0.0
-        window = Window()
+        window = self.window
         bar = tqdm(
             total=t.steps,
             initial=self.step,
@@ -363,7 +367,7 @@ class Trainer:
                     self.log(r)
                     if not self.progress:
                         self._line(bar, report.train_line(r, t.steps))
-                    window = Window()
+                    self.window = window = Window()
                 t_aside = time.perf_counter()
                 if (t.eval_every and s % t.eval_every == 0) or last:
                     m = self._staged(

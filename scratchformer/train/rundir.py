@@ -1,15 +1,23 @@
 """The run directory: one run writes it at a time, a fresh run never mixes with an earlier
-one, a resumed run drops what it abandons, and the metrics log keeps the records up to
-where a run resumes.
+one, a resumed run drops what it abandons, the metrics log keeps the records up to where
+a run resumes, and what a killed run left half-written is cleared away.
 
     runs/<name>/config.json, metrics.jsonl, checkpoints/checkpoint_<step>.npz,
     checkpoints/averaged.npz, .lock
+
+These files are the run's own: ``--overwrite`` deletes them and nothing else, so a file
+the user put in the directory (notes, a copied checkpoint under another name) stays.
+Every file is written under a temporary name beside it (``.<name>.<12 hex>.tmp``) and
+renamed into place, so a kill leaves the old file or the new one; the temporary files a
+kill leaves behind are removed when the next run takes the directory's lock.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import socket
 import time
 from pathlib import Path
@@ -19,10 +27,19 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: the directory is not locked
     fcntl = None
 
-from scratchformer.checkpoint import list_checkpoints
+from scratchformer.checkpoint import CHECKPOINT_RE, list_checkpoints
 from scratchformer.errors import ConfigError
 
 LOCK_NAME = ".lock"
+CONFIG_NAME = "config.json"
+METRICS_NAME = "metrics.jsonl"
+AVERAGED_NAME = "averaged.npz"
+
+#: the temporary files of the run's atomic writes: ``.<file name>.<12 hex digits>.tmp``
+TEMPORARY_RE = {
+    ".": re.compile(r"^\.(config\.json|metrics\.jsonl)\.[0-9a-f]{12}\.tmp$"),
+    "checkpoints": re.compile(r"^\.(checkpoint_\d+\.npz|averaged\.npz)\.[0-9a-f]{12}\.tmp$"),
+}
 
 
 class RunLock:
@@ -43,8 +60,15 @@ class RunLock:
     def acquire(self, echo=None) -> RunLock:
         """Take the lock or refuse in one line; ``echo`` (a print function) is told when a
         lock left by a killed run is taken over."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        run_dir = self.path.parent
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise ConfigError(_unusable(run_dir, e)) from None
+        if not os.access(run_dir, os.W_OK | os.X_OK):
+            os.close(fd)
+            raise ConfigError(_unusable(run_dir, PermissionError("permission denied")))
         try:
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -93,21 +117,77 @@ def _read_holder(fd) -> str:
     return os.pread(fd, 200, 0).decode("utf-8", errors="replace").strip()
 
 
-def clear_for_fresh_run(run_dir: Path, overwrite: bool) -> None:
-    """Refuse a directory holding an earlier run's checkpoints, averaged model or
-    metrics, unless ``overwrite`` (then delete exactly those files)."""
+def _unusable(run_dir: Path, e: OSError) -> str:
+    """Why a run cannot write in ``run_dir``, in one line."""
+    advice = "give the run another --run-dir or --name"
+    for d in (run_dir, *run_dir.parents):
+        if d.exists() and not d.is_dir():
+            if d == run_dir:
+                return f"the run directory {run_dir} is a file, not a directory: {advice}"
+            return f"cannot make the run directory {run_dir}: {d} is a file: {advice}"
+    if isinstance(e, PermissionError):
+        return f"cannot write in the run directory {run_dir} (permission denied): {advice}"
+    why = (e.strerror or str(e)).lower()
+    return f"cannot use {run_dir} as the run directory ({why}): {advice}"
+
+
+def earlier_run(run_dir: Path) -> list[Path]:
+    """The files an earlier run wrote in ``run_dir``: its checkpoints (by step), averaged
+    model, metrics log and configuration, the ones present."""
     ckpt_dir = run_dir / "checkpoints"
-    found = list_checkpoints(ckpt_dir) if ckpt_dir.is_dir() else []
-    earlier = [p for _, p in found]
-    earlier += [p for p in (ckpt_dir / "averaged.npz", run_dir / "metrics.jsonl") if p.exists()]
+    found = [p for _, p in list_checkpoints(ckpt_dir)] if ckpt_dir.is_dir() else []
+    named = (ckpt_dir / AVERAGED_NAME, run_dir / METRICS_NAME, run_dir / CONFIG_NAME)
+    return found + [p for p in named if p.is_file()]
+
+
+def clear_for_fresh_run(run_dir: Path, overwrite: bool) -> None:
+    """Refuse a directory holding an earlier run's files (``earlier_run``; its
+    config.json alone too: a run that stopped before its first checkpoint), unless
+    ``overwrite``: then delete exactly those files, never another file of the directory."""
+    earlier = earlier_run(run_dir)
     if earlier and not overwrite:
-        what = f"checkpoints up to step {found[-1][0]}" if found else earlier[0].name
+        steps = [int(m.group(1)) for p in earlier if (m := CHECKPOINT_RE.match(p.name))]
+        if steps:
+            what = f"checkpoints up to step {steps[-1]}): pass --resume to continue it,"
+        else:
+            what = f"{earlier[0].name}) and no checkpoint to resume: pass"
         raise ConfigError(
-            f"{run_dir} holds an earlier run ({what}): pass --resume to continue it, "
-            "--overwrite to start again there, or --name/--run-dir for a new run"
+            f"{run_dir} holds an earlier run ({what} --overwrite to start again there, or "
+            "--name/--run-dir for a new run"
         )
     for p in earlier:
         p.unlink()
+
+
+def remove_temporaries(run_dir: Path, echo=None) -> int:
+    """Delete the temporary files of writes a killed run left unfinished (names matching
+    ``TEMPORARY_RE`` exactly, nothing else) and say how many. Called with the
+    directory's lock held: no other process is writing there, so none is live."""
+    removed = 0
+    for sub, pattern in TEMPORARY_RE.items():
+        d = run_dir / sub
+        for p in sorted(d.iterdir()) if d.is_dir() else []:
+            if pattern.match(p.name) and p.is_file() and not p.is_symlink():
+                p.unlink()
+                removed += 1
+    if removed and echo is not None:
+        s = "s" if removed > 1 else ""
+        echo(f"note: removed {removed} temporary file{s} left by an interrupted run in {run_dir}")
+    return removed
+
+
+def prune_checkpoints(ckpt_dir: Path, train) -> list[Path]:
+    """Delete all but the newest ``train.keep_checkpoints`` checkpoints (0 keeps all),
+    never one of the last ``train.average_last`` that the final average reads. Returns
+    the deleted paths. Called after every save and on resume (a run killed between a save
+    and its pruning left one more)."""
+    keep = train.keep_checkpoints
+    if not keep or not ckpt_dir.is_dir():
+        return []
+    old = [p for _, p in list_checkpoints(ckpt_dir)[: -max(keep, train.average_last)]]
+    for p in old:
+        p.unlink()
+    return old
 
 
 def drop_later_checkpoints(ckpt_dir: Path, step: int, overwrite: bool) -> None:
@@ -138,11 +218,13 @@ def append_record(path: Path, record: dict) -> None:
 
 def truncate_metrics(path: Path, step: int) -> None:
     """Keep the records of a metrics log up to ``step`` (a resumed run logs the rest
-    again); test and error records go, and so does a line cut short by a crash."""
+    again); test and error records go, and so does a line cut short by a crash. The log
+    is replaced atomically, so a kill here loses no record."""
     if not path.exists():
         return
+    text = path.read_text(encoding="utf-8", errors="replace")
     keep = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
@@ -150,7 +232,31 @@ def truncate_metrics(path: Path, step: int) -> None:
         if isinstance(rec, dict) and rec.get("kind") not in ("test", "error"):
             if isinstance(rec.get("step"), int) and rec["step"] <= step:
                 keep.append(line)
-    path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+    kept = "".join(line + "\n" for line in keep)
+    if kept != text:
+        write_atomically(path, kept)
+
+
+def write_config(run_dir: Path, config: dict) -> Path:
+    """``run_dir/config.json``: the resolved configuration, written atomically."""
+    path = run_dir / CONFIG_NAME
+    write_atomically(path, json.dumps(config, indent=2) + "\n")
+    return path
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` through a temporary file beside it: a kill leaves
+    the old content or the new, never a part."""
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 __all__ = [
@@ -158,5 +264,10 @@ __all__ = [
     "append_record",
     "clear_for_fresh_run",
     "drop_later_checkpoints",
+    "earlier_run",
+    "prune_checkpoints",
+    "remove_temporaries",
     "truncate_metrics",
+    "write_atomically",
+    "write_config",
 ]

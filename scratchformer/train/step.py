@@ -64,12 +64,24 @@ def dropout_seed(seed: int, step: int, micro: int) -> int:
 
 
 class Window:
-    """Running sums over the steps between two "train" records of the metrics log."""
+    """Running sums over the steps between two "train" records of the metrics log.
 
-    def __init__(self):
-        self.loss = self.nll = 0.0
-        self.tokens = self.steps = 0
+    A checkpoint saves the sums (``state``) and a resumed run starts from them
+    (``Window(state)``): when checkpoints fall between two records, the next record
+    then averages the same steps as in a run that was never stopped.
+    """
+
+    def __init__(self, state: dict | None = None):
+        state = state or {}
+        self.loss = float(state.get("loss", 0.0))
+        self.nll = float(state.get("nll", 0.0))
+        self.steps = int(state.get("steps", 0))
+        self.tokens = 0  # of this process's steps alone: tokens/s is this process's speed
         self.t0 = time.perf_counter()
+
+    def state(self) -> dict:
+        """The sums the record averages (JSON numbers: a float's repr reads back exactly)."""
+        return {"loss": self.loss, "nll": self.nll, "steps": self.steps}
 
     def add(self, rec: dict) -> None:
         self.loss += rec["loss"]

@@ -250,7 +250,7 @@ def test_run_writes_metrics_checkpoints_and_evaluates(tmp_path):
 
 def test_keep_checkpoints(tmp_path):
     train(
-        small_config(tmp_path, checkpoint_every=2, keep_checkpoints=2),
+        small_config(tmp_path, checkpoint_every=2, keep_checkpoints=2, average_last=2),
         progress=False,
         echo=quiet,
         final_eval=False,
