@@ -18,7 +18,8 @@ of them follow one rule:
   line, so that the lines read are the lines a line-counting tool sees (a line that
   Python's universal newlines would split in two stays one);
 - a UTF-8 byte order mark at the start of the file is dropped (some editors write one;
-  it is not part of the first line's text); the last line needs no ``\n``.
+  it is not part of the first line's text; a file holding nothing else is empty); the
+  last line needs no ``\n``.
 
 ``scratchformer data web-text`` and ``scratchformer data genre`` write the corpora; a
 missing one is an error naming the command that makes it. ``words`` is the
@@ -69,6 +70,8 @@ def iter_text_lines(source, name: str | None = None) -> Iterator[tuple[int, str]
             text = text[:-2] if text.endswith("\r\n") else text[:-1]
         if lineno == 1 and text.startswith(BOM):
             text = text[1:]
+            if text == "" and not raw.endswith(b"\n" if isinstance(raw, bytes) else "\n"):
+                return  # a byte order mark alone: an empty file, not one empty line
         if "\0" in text:
             raise TextEncodingError(
                 f"{name}: line {lineno} holds a NUL byte at column {text.index(chr(0)) + 1} "
