@@ -20,9 +20,13 @@ Writing is atomic: the file is written to a temporary name in the same directory
 flushed and fsync'ed, then ``os.replace``d onto its name. A crash at any point leaves
 either the old file or the new one, never a half-written file under the real name.
 
-Reading checks everything it can and raises ``CheckpointError`` with the file's name:
-a truncated or corrupted zip (each member carries a CRC-32), a missing or unreadable
-header, arrays that disagree with the header, a config or state dict that does not fit.
+Reading (``scratchformer.checkpoint_read``; the header's fields and their checks:
+``scratchformer.checkpoint_fields``) checks everything it can before it inflates an
+array and raises a one-line ``CheckpointError`` naming the file and the field: a
+truncated or corrupted zip (each member carries a CRC-32), a missing or unreadable
+header, arrays that disagree with the header or inflate to more than they declare, more
+data than the memory available, a field of the wrong type or range, a config or state
+that does not fit, a dtype other than the model's, a non-finite parameter or moment.
 
 ``average_checkpoints(paths)`` is the paper's checkpoint averaging: the element-wise
 mean of the parameters of several checkpoints of one model.
@@ -35,42 +39,28 @@ import json
 import os
 import re
 import secrets
-import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from scratchformer import backend
-from scratchformer.data import tokenizer_from_dict
-from scratchformer.errors import ScratchformerError, StateDictError
-from scratchformer.models import EncoderClassifier, LanguageModel, Transformer, TransformerConfig
-
-FORMAT = "scratchformer.checkpoint"
-VERSION = 1
-META_KEY = "__meta__"
-MODEL_PREFIX = "model/"
-OPTIM_PREFIXES = {"m": "optim/m/", "v": "optim/v/"}
+from scratchformer.checkpoint_fields import (
+    FORMAT,
+    META_KEY,
+    MODEL_PREFIX,
+    OPTIM_PREFIXES,
+    VERSION,
+    CheckpointError,
+)
+from scratchformer.checkpoint_read import (
+    MODEL_CLASSES,
+    Checkpoint,
+    load_checkpoint,
+    load_with_tokenizer,
+    read_params,
+)
+from scratchformer.models import EncoderClassifier, TransformerConfig
 
 #: ``checkpoint_<step>.npz``: the step is read as a number (``checkpoint_10`` after ``_9``).
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)\.npz$")
-
-
-class CheckpointError(ScratchformerError):
-    """A checkpoint is missing, truncated, corrupted or does not match what loads it."""
-
-
-#: the model classes a checkpoint can hold, by name
-MODEL_CLASSES = {cls.__name__: cls for cls in (Transformer, LanguageModel, EncoderClassifier)}
-
-
-@dataclass
-class Checkpoint:
-    model: object  # Transformer, LanguageModel or EncoderClassifier, parameters loaded
-    config: TransformerConfig
-    step: int  # optimizer steps taken when it was written
-    meta: dict = field(default_factory=dict)  # free metadata; meta["tokenizer"]
-    optimizer_state: dict | None = None  # Adam.state_dict() layout, or None
-    train_state: dict | None = None  # the training loop's resume state, or None
-    path: Path | None = None
 
 
 def checkpoint_name(step: int) -> str:
@@ -184,27 +174,6 @@ def _model_spec(model) -> dict:
     return spec
 
 
-def _build_model(header: dict, config: TransformerConfig, path):
-    """The empty model a checkpoint's parameters load into."""
-    meta = header.get("meta") or {}
-    spec = header.get("model")
-    if spec is None:  # written before the class was recorded: the task tells
-        task = meta.get("task")
-        spec = {"class": "Transformer"}
-        if task == "lm":
-            spec = {"class": "LanguageModel"}
-        elif task == "classify":
-            spec = {"class": "EncoderClassifier", "num_classes": len(meta.get("labels") or [])}
-    if not isinstance(spec, dict) or spec.get("class") not in MODEL_CLASSES:
-        raise CheckpointError(f"checkpoint {path} names an unknown model class: {spec!r}")
-    try:
-        if spec["class"] == "EncoderClassifier":
-            return EncoderClassifier(config, int(spec.get("num_classes", 0)))
-        return MODEL_CLASSES[spec["class"]](config)
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {path}: cannot build its model: {e}") from None
-
-
 def _create_temporary(path: Path) -> tuple[int, str]:
     """A new file beside ``path`` for the atomic write: ``(fd, name)``. Created with mode
     0666 so the kernel applies the umask, as for any file the user writes (mkstemp would
@@ -217,97 +186,6 @@ def _create_temporary(path: Path) -> tuple[int, str]:
         except FileExistsError:
             continue
     raise CheckpointError(f"cannot create a temporary file beside {path}")
-
-
-# -- reading -------------------------------------------------------------------------------
-def _read(path) -> tuple[dict, dict]:
-    """``(header, arrays)`` of a checkpoint file, fully read and checked."""
-    np = backend.np
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"no checkpoint file at {path}")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}  # reading each member checks its CRC-32
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as e:
-        raise CheckpointError(
-            f"cannot read checkpoint {path}: the file is truncated or corrupted "
-            f"({type(e).__name__}: {e})"
-        ) from None
-    if META_KEY not in arrays:
-        raise CheckpointError(f"{path} is not a scratchformer checkpoint (no {META_KEY} entry)")
-    try:
-        header = json.loads(arrays.pop(META_KEY).tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"checkpoint {path} has a corrupted header: {e}") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a scratchformer checkpoint (format mismatch)")
-    if header.get("version") != VERSION:
-        raise CheckpointError(
-            f"checkpoint {path} has format version {header.get('version')}, this scratchformer "
-            f"reads version {VERSION}"
-        )
-    listed = header.get("arrays", {})
-    if set(listed) != set(arrays):
-        missing = sorted(set(listed) - set(arrays))
-        extra = sorted(set(arrays) - set(listed))
-        raise CheckpointError(
-            f"checkpoint {path} is inconsistent: arrays missing {missing[:5]}, unlisted {extra[:5]}"
-        )
-    for k, (shape, dtype) in listed.items():
-        if list(arrays[k].shape) != shape or str(arrays[k].dtype) != dtype:
-            raise CheckpointError(
-                f"checkpoint {path}: array {k!r} is {arrays[k].dtype}{list(arrays[k].shape)}, "
-                f"the header says {dtype}{shape}"
-            )
-    return header, arrays
-
-
-def _split(arrays: dict) -> tuple[dict, dict]:
-    """Model parameters, and optimizer moments ``{"m": {...}, "v": {...}}``."""
-    params = {k[len(MODEL_PREFIX) :]: v for k, v in arrays.items() if k.startswith(MODEL_PREFIX)}
-    moments = {
-        m: {k[len(p) :]: v for k, v in arrays.items() if k.startswith(p)}
-        for m, p in OPTIM_PREFIXES.items()
-    }
-    return params, moments
-
-
-def read_params(path) -> tuple[dict, dict]:
-    """``(params, header)``: a checkpoint's parameters as NumPy arrays, without a model."""
-    header, arrays = _read(path)
-    return _split(arrays)[0], header
-
-
-def load_checkpoint(path) -> Checkpoint:
-    """Read a checkpoint and rebuild its model (of whichever class) on the active backend.
-
-    Raises CheckpointError for a missing, truncated, corrupted or inconsistent file.
-    """
-    path = Path(path)
-    header, arrays = _read(path)
-    params, moments = _split(arrays)
-    try:
-        config = TransformerConfig.from_dict(header["config"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {path} holds an invalid model config: {e}") from None
-    model = _build_model(header, config, path)
-    try:
-        model.load_state_dict(params)
-    except StateDictError as e:
-        raise CheckpointError(f"checkpoint {path}: {e}") from None
-    optimizer_state = None
-    if header.get("optimizer") is not None:
-        optimizer_state = {**header["optimizer"], **moments}
-    return Checkpoint(
-        model=model,
-        config=config,
-        step=int(header.get("step", 0)),
-        meta=header.get("meta") or {},
-        optimizer_state=optimizer_state,
-        train_state=header.get("train_state"),
-        path=path,
-    )
 
 
 # -- finding and averaging -----------------------------------------------------------------
@@ -330,6 +208,8 @@ def last_checkpoints(directory, n: int) -> list[Path]:
     if n < 1:
         raise CheckpointError(f"need at least one checkpoint to average, got n={n}")
     found = list_checkpoints(directory)
+    if not found:
+        raise CheckpointError(f"no checkpoints: {directory} holds 0 checkpoint_<step>.npz files")
     if len(found) < n:
         raise CheckpointError(
             f"asked for the last {n} checkpoints but {directory} holds {len(found)}"
@@ -343,45 +223,6 @@ def latest_checkpoint(directory) -> Path | None:
         return last_checkpoints(directory, 1)[0]
     except CheckpointError:  # no such directory, or no checkpoint in it
         return None
-
-
-#: where each kind of model is used from the command line
-_USED_BY = {
-    "Transformer": "scratchformer translate or evaluate",
-    "LanguageModel": "scratchformer generate",
-    "EncoderClassifier": "the Python API (scratchformer.checkpoint.load_with_tokenizer)",
-}
-
-
-def load_with_tokenizer(path, expect: type | None = None) -> tuple[Checkpoint, object]:
-    """``(checkpoint, tokenizer)`` for the tools that read and write text (translate,
-    evaluate, generate, plot): the checkpoint's model and the tokenizer saved with it.
-
-    Raises CheckpointError when the checkpoint holds no tokenizer, or one whose
-    vocabulary size differs from the model's (a vocabulary/checkpoint mismatch would
-    otherwise surface as an index error deep inside the embedding), or, with
-    ``expect`` (a model class), a model of another class.
-    """
-    ckpt = load_checkpoint(path)
-    if expect is not None and not isinstance(ckpt.model, expect):
-        kind = type(ckpt.model).__name__
-        task = ckpt.meta.get("task")
-        raise CheckpointError(
-            f"{path} holds a {kind}{f' (task {task})' if task else ''}, not a "
-            f"{expect.__name__}: use it with {_USED_BY[kind]}"
-        )
-    if "tokenizer" not in ckpt.meta:
-        raise CheckpointError(
-            f"checkpoint {path} holds no tokenizer (meta['tokenizer']): it cannot turn text "
-            "into ids; save checkpoints with meta={'tokenizer': tokenizer.to_dict()}"
-        )
-    tok = tokenizer_from_dict(ckpt.meta["tokenizer"])
-    if len(tok.vocab) != ckpt.config.vocab_size:
-        raise CheckpointError(
-            f"vocabulary/checkpoint mismatch in {path}: the tokenizer has {len(tok.vocab)} ids, "
-            f"the model's vocab_size is {ckpt.config.vocab_size}"
-        )
-    return ckpt, tok
 
 
 # What must agree for a mean of parameters to mean anything: the same architecture

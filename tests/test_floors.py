@@ -36,7 +36,7 @@ FLOORS = [
     {"nn"},
     {"models"},
     {"optim", "data", "decode"},
-    {"checkpoint", "gradcheck", "bleu", "viz"},
+    {"checkpoint", "checkpoint_read", "checkpoint_fields", "gradcheck", "bleu", "viz"},
     {"train", "distributed"},
     {"commands", "cli", "__main__"},
 ]

@@ -99,8 +99,11 @@ class Module:
         return {k: backend.asnumpy(v).copy() for k, v in self.parameters().items()}
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
-        """Copy ``state`` into the parameters in place. Keys and shapes must match exactly;
-        with ``strict=False`` missing and unexpected keys are allowed (shapes still checked).
+        """Copy ``state`` into the parameters in place. Keys and shapes must match exactly
+        and every entry must be a floating-point array (integers, booleans, complex numbers
+        or objects are refused, never cast); a float of another width is converted to the
+        parameter's dtype (checkpoints refuse that earlier: ``checkpoint_read``). With
+        ``strict=False`` missing and unexpected keys are allowed (shapes still checked).
         """
         params = self.parameters()
         missing = sorted(set(params) - set(state))
@@ -121,6 +124,16 @@ class Module:
         ]
         if bad:
             raise StateDictError("state dict shapes do not match the model: " + "; ".join(bad))
+        other = [
+            f"{k}: {state[k].dtype}"
+            for k in params
+            if k in state and backend.np.dtype(state[k].dtype).kind != "f"
+        ]
+        if other:
+            raise StateDictError(
+                "state dict entries must be floating-point arrays (never cast from integers, "
+                "booleans, complex numbers or objects): " + "; ".join(other[:4])
+            )
         for k, p in params.items():
             if k in state:
                 p[...] = backend.asarray(state[k], dtype=p.dtype)
