@@ -27,7 +27,7 @@ Outputs in the run directory (``runs/<name>`` by default):
     config.json                 the resolved configuration
     metrics.jsonl               one JSON object per line: "train", "valid", "test" records
     checkpoints/checkpoint_<step>.npz    every ``checkpoint_every`` steps and at the end
-                                (the newest ``keep_checkpoints`` are kept)
+                                (the newest ``keep_checkpoints``, >= ``average_last``)
     checkpoints/averaged.npz    the mean of the last ``average_last`` checkpoints
 
 The end of a run judges the test set as the task is used (decoded, sampled or
@@ -128,11 +128,15 @@ class Trainer:
         self.window = Window()  # the sums of the next "train" record (saved for resume)
         # locked before anything in the directory changes; released when ``run`` ends
         self.lock = RunLock(self.run_dir).acquire(echo)
-        if resume:
-            self._resume(resume, overwrite)
-        else:
-            clear_for_fresh_run(self.run_dir, overwrite)
-        remove_temporaries(self.run_dir, echo)
+        try:  # refused: the directory is let go at once (the exception may be kept)
+            if resume:
+                self._resume(resume, overwrite)
+            else:
+                clear_for_fresh_run(self.run_dir, overwrite)
+            remove_temporaries(self.run_dir, echo)
+        except BaseException:
+            self.lock.release()
+            raise
 
     # -- the run directory ------------------------------------------------------------------
     def _resume(self, resume, overwrite: bool) -> None:

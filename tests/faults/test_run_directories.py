@@ -21,7 +21,7 @@ from task_data import TASK_NAMES, TINY_RUN, run_config
 
 from scratchformer.checkpoint import list_checkpoints, load_checkpoint
 from scratchformer.cli import main as cli_main
-from scratchformer.train import TrainConfig, Trainer, train
+from scratchformer.train import ConfigError, TrainConfig, Trainer, train
 from scratchformer.train.rundir import LOCK_NAME, RunLock
 
 HOLD = (
@@ -169,6 +169,17 @@ def test_a_fresh_run_refuses_a_directory_with_an_earlier_run(tmp_path, capsys, e
     before = _files(run)
     _one_line(capsys, _train(run), f"{run} holds an earlier run {what}", "--overwrite")
     assert _files(run) == before  # nothing deleted, the temporary file neither
+
+
+def test_a_refused_trainer_lets_the_directory_go_at_once(tmp_path):
+    """A run refused after taking the lock releases it, though its exception (and so the
+    half-made trainer) is kept, as a notebook keeps the last one."""
+    cfg = TrainConfig.from_dict(run_config("reverse", tmp_path))
+    train(cfg, progress=False, echo=lambda *a: None, final_eval=False)
+    with pytest.raises(ConfigError, match="holds an earlier run") as kept:
+        Trainer(cfg, progress=False, echo=lambda *a: None)
+    Trainer(cfg, overwrite=True, progress=False, echo=lambda *a: None).run(final_eval=False)
+    assert kept.value is not None and _steps(tmp_path / "run") == [3, 6]
 
 
 # -- --overwrite deletes the run's own files and nothing else --------------------------------
