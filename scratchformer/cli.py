@@ -8,6 +8,7 @@ an exit code. Modules are listed in ``COMMANDS`` and imported on start.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import re
 import sys
@@ -30,8 +31,28 @@ COMMANDS = [
 ]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line in one line: the problem, a guess at the
+    flag or choice meant where one is close, and where to read more (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}{self._guess(message)} (see --help)\n")
+
+    def _guess(self, message: str) -> str:
+        m = re.match(r"unrecognized arguments: (\S+)", message)
+        if m:
+            known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            close = difflib.get_close_matches(m.group(1).split("=")[0], known, n=1)
+            return f" (did you mean {close[0]}?)" if close else ""
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            close = difflib.get_close_matches(m.group(1), re.findall(r"'([^']*)'", m.group(2)), n=1)
+            return f" (did you mean {close[0]}?)" if close else ""
+        return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="scratchformer",
         description="The Transformer of 'Attention Is All You Need', from scratch on NumPy.",
     )
@@ -67,8 +88,22 @@ def _plain_help(parser: argparse.ArgumentParser) -> None:
                 _plain_help(sub)
 
 
+def _command_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The (sub-)parser of the command ``args`` were parsed for: ``scratchformer plot
+    schedule`` for ``plot schedule --stpes 3``, so that the error names it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                return _command_parser(chosen, args)
+    return parser
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if args.backend:
             backend.set_backend(args.backend)

@@ -1,8 +1,70 @@
-"""The ``scratchformer`` sub-commands, one module each (see ``scratchformer.cli``)."""
+"""The ``scratchformer`` sub-commands, one module each (see ``scratchformer.cli``).
+
+Numeric flags are read by ``integer`` and ``number``: a value out of range is refused
+when the command line is parsed, in one line naming the flag and the range
+(``argument --beam: must be a whole number >= 1, got '0'``), before anything is loaded.
+"""
 
 from __future__ import annotations
+
+import argparse
+import math
 
 
 def plural(n: int, word: str) -> str:
     """``1 sentence``, ``2 sentences``."""
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _bounds(**limits) -> str:
+    """``">= 0 and < 1"`` for ``lo=0, below=1``."""
+    ops = {"above": ">", "lo": ">=", "hi": "<=", "below": "<"}
+    text = " and ".join(f"{ops[k]} {v}" for k, v in limits.items() if v is not None)
+    return " " + text if text else ""
+
+
+def integer(lo: int | None = None, hi: int | None = None):
+    """An argparse ``type``: a whole number in ``[lo, hi]`` (either bound may be open)."""
+
+    def read(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number{_bounds(lo=lo, hi=hi)}, got {text!r}"
+            )
+        return value
+
+    read.__name__ = "whole number"
+    return read
+
+
+def number(lo=None, hi=None, above=None, below=None):
+    """An argparse ``type``: a finite number, ``>= lo``, ``<= hi``, ``> above`` and
+    ``< below`` where given (``nan`` and ``inf`` are refused: no setting of ours means
+    them)."""
+
+    def read(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        bad = not math.isfinite(value)
+        bad = bad or (lo is not None and value < lo) or (hi is not None and value > hi)
+        bad = bad or (above is not None and value <= above)
+        if bad or (below is not None and value >= below):
+            limits = _bounds(above=above, lo=lo, hi=hi, below=below)
+            raise argparse.ArgumentTypeError(f"must be a finite number{limits}, got {text!r}")
+        return value
+
+    read.__name__ = "number"
+    return read
+
+
+#: a probability that must leave something: dropout, label smoothing, a share of the data
+PROBABILITY = number(lo=0, below=1)
+#: the types of the flags most commands share
+COUNT = integer(lo=1)  # beams, batch sizes, steps, samples
+NONNEGATIVE = integer(lo=0)  # seeds, limits, 'every N' intervals (0 = off)

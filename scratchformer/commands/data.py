@@ -30,8 +30,10 @@ import argparse
 import time
 from pathlib import Path
 
+from scratchformer.commands import PROBABILITY
 from scratchformer.data.bible import GENRES, iter_verses, open_bible, prepare_genre, prepare_text
 from scratchformer.data.bible_pairs import PAIRS, align_texts, ensure_modules, write_pairs
+from scratchformer.errors import ScratchformerError
 
 
 def add_parser(sub) -> None:
@@ -66,14 +68,19 @@ def add_parser(sub) -> None:
         help="SWORD directory holding mods.d/ (default: $SWORD_PATH or /usr/share/sword)",
     )
     p.add_argument("--module", default="engWEB2015eb", help="SWORD module (default: the WEB)")
-    p.add_argument("--dev", type=float, default=0.05, help="share of chapters for dev (0.05)")
-    p.add_argument("--test", type=float, default=0.05, help="share of chapters for test (0.05)")
+    p.add_argument("--dev", type=PROBABILITY, default=0.05, help="share of chapters for dev (0.05)")
+    p.add_argument(
+        "--test", type=PROBABILITY, default=0.05, help="share of chapters for test (0.05)"
+    )
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    if not (0 <= args.dev < 1 and 0 <= args.test < 1 and args.dev + args.test < 1):
-        raise ValueError(f"--dev {args.dev} and --test {args.test} must leave some training data")
+    if args.dev + args.test >= 1:
+        raise ScratchformerError(
+            f"--dev {args.dev} and --test {args.test} leave no training data: their sum must "
+            "be below 1"
+        )
     t0 = time.perf_counter()
     if args.dataset == "bible":
         return run_bible(args, t0)

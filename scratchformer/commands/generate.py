@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 
 from scratchformer.checkpoint import load_with_tokenizer
+from scratchformer.commands import COUNT, NONNEGATIVE, number
 from scratchformer.decode.sample import generate
 from scratchformer.models import LanguageModel
 
@@ -29,11 +30,15 @@ def add_parser(sub) -> None:
         "--checkpoint", required=True, help="a checkpoint of a language model (`train --config lm`)"
     )
     p.add_argument("--prompt", default="", help="text the samples continue (default: none)")
-    p.add_argument("--max-new", type=int, default=300, help="most new tokens per sample")
-    p.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (0.8)")
-    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely (0: all)")
-    p.add_argument("--num", type=int, default=1, help="number of samples")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--max-new", type=COUNT, default=300, help="most new tokens per sample")
+    p.add_argument(
+        "--temperature", type=number(lo=0), default=0.8, help="softmax temperature (0.8)"
+    )
+    p.add_argument(
+        "--top-k", type=NONNEGATIVE, default=0, help="sample among the k most likely (0: all)"
+    )
+    p.add_argument("--num", type=COUNT, default=1, help="number of samples")
+    p.add_argument("--seed", type=NONNEGATIVE, default=0, help="sampling seed")
     p.set_defaults(func=run)
 
 

@@ -15,6 +15,7 @@ import time
 
 from scratchformer import backend
 from scratchformer.backend import xp
+from scratchformer.commands import COUNT, NONNEGATIVE, PROBABILITY, integer, number
 from scratchformer.errors import ScratchformerError
 from scratchformer.gradcheck import (
     DEFAULT_H,
@@ -63,18 +64,18 @@ def add_parser(sub) -> None:
     p.add_argument("--positions", default="sinusoidal", choices=["sinusoidal", "learned"])
     p.add_argument("--share-embeddings", default="all", choices=["all", "decoder", "none"])
     p.add_argument("--activation", default="relu", choices=["relu", "gelu"])
-    p.add_argument("--layers", type=int, default=2, help="N for encoder and decoder")
-    p.add_argument("--vocab", type=int, default=23, help="vocabulary size")
-    p.add_argument("--dropout", type=float, default=0.1, help="P_drop (masks are replayed)")
-    p.add_argument("--label-smoothing", type=float, default=0.1)
-    p.add_argument("--tol", type=float, default=DEFAULT_TOL, help="max relative error")
+    p.add_argument("--layers", type=COUNT, default=2, help="N for encoder and decoder")
+    p.add_argument("--vocab", type=integer(lo=4), default=23, help="vocabulary size")
+    p.add_argument("--dropout", type=PROBABILITY, default=0.1, help="P_drop (masks are replayed)")
+    p.add_argument("--label-smoothing", type=PROBABILITY, default=0.1)
+    p.add_argument("--tol", type=number(above=0), default=DEFAULT_TOL, help="max relative error")
     p.add_argument(
         "--samples",
-        type=int,
+        type=NONNEGATIVE,
         default=None,
         help="entries checked per tensor (default 20, 8 with --explain; 0 = all)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=NONNEGATIVE, default=0)
     p.add_argument(
         "--explain",
         metavar="PARAM",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from scratchformer import backend, viz
 from scratchformer.checkpoint import latest_checkpoint, load_checkpoint, load_with_tokenizer
+from scratchformer.commands import COUNT, NONNEGATIVE, integer, number
 from scratchformer.decode import greedy_decode
 from scratchformer.models import Transformer
 from scratchformer.ops import sinusoidal_table
@@ -45,8 +46,8 @@ def add_parser(sub) -> None:
     a.add_argument(
         "--kind", choices=[*ATTENTION_KINDS, "all"], default="all", help="which attention"
     )
-    a.add_argument("--layer", type=int, nargs="+", help="layers to draw (default: all)")
-    a.add_argument("--head", type=int, nargs="+", help="heads to draw (default: all)")
+    a.add_argument("--layer", type=NONNEGATIVE, nargs="+", help="layers to draw (default: all)")
+    a.add_argument("--head", type=NONNEGATIVE, nargs="+", help="heads to draw (default: all)")
     a.add_argument(
         "-o", "--out-dir", help="folder for attention_<kind>.png (default: the run directory)"
     )
@@ -58,8 +59,8 @@ def add_parser(sub) -> None:
         description="The sinusoidal encoding (positions x dimensions), or with --checkpoint "
         "the position table of a trained model (its learned table for positions='learned').",
     )
-    q.add_argument("--d-model", type=int, default=512, help="width of the sinusoid table")
-    q.add_argument("--positions", type=int, default=100, help="number of positions drawn")
+    q.add_argument("--d-model", type=COUNT, default=512, help="width of the sinusoid table")
+    q.add_argument("--positions", type=COUNT, default=100, help="number of positions drawn")
     q.add_argument("--checkpoint", help="draw this model's table (checkpoint or run dir)")
     q.add_argument("--stack", choices=["encoder", "decoder"], default="encoder")
     q.add_argument(
@@ -74,11 +75,13 @@ def add_parser(sub) -> None:
         "per combination of the values given (the paper: d_model 512, warmup 4000, "
         "lr_factor 1).",
     )
-    s.add_argument("--d-model", type=int, nargs="+", default=[512, 256])
-    s.add_argument("--warmup", type=int, nargs="+", default=[4000, 8000])
-    s.add_argument("--lr-factor", type=float, nargs="+", default=[1.0])
-    s.add_argument("--factor", type=float, nargs="+", dest="old_factor", help=argparse.SUPPRESS)
-    s.add_argument("--steps", type=int, default=20000, help="last step drawn")
+    s.add_argument("--d-model", type=COUNT, nargs="+", default=[512, 256])
+    s.add_argument("--warmup", type=COUNT, nargs="+", default=[4000, 8000])
+    s.add_argument("--lr-factor", type=number(above=0), nargs="+", default=[1.0])
+    s.add_argument(
+        "--factor", type=number(above=0), nargs="+", dest="old_factor", help=argparse.SUPPRESS
+    )
+    s.add_argument("--steps", type=integer(lo=2), default=20000, help="last step drawn")
     s.add_argument("-o", "--out", default="schedule.png")
     s.set_defaults(func=run_schedule)
 
@@ -174,6 +177,11 @@ def run_positional(args) -> int:
     if args.checkpoint is None:
         if args.d_model < 2:
             raise PlotError(f"--d-model must be at least 2, got {args.d_model}")
+        backend.need_memory(
+            32.0 * args.positions * args.d_model,  # the table and the image's float copies
+            f"a table of {args.positions} positions x {args.d_model} dimensions",
+            "draw fewer --positions or a smaller --d-model",
+        )
         table, title, sinusoidal = sinusoidal_table(args.positions, args.d_model), None, True
     else:
         ck = load_checkpoint(_checkpoint_path(args.checkpoint))

@@ -23,6 +23,7 @@ import argparse
 from pathlib import Path
 
 from scratchformer.checkpoint import CheckpointError, latest_checkpoint, read_params
+from scratchformer.commands import COUNT, NONNEGATIVE, number
 from scratchformer.errors import ConfigError
 from scratchformer.train import TASKS, TrainConfig, train
 from scratchformer.train.config import (
@@ -66,20 +67,24 @@ def add_parser(sub) -> None:
     p.add_argument("--config", "-c", help="a TOML file, or a shipped config's name")
     p.add_argument("--name", help="run name; outputs go to runs/<name>")
     p.add_argument("--run-dir", help="output directory (default runs/<name>)")
-    p.add_argument("--seed", type=int, help="seed of initialisation, data order and dropout")
+    p.add_argument(
+        "--seed", type=NONNEGATIVE, help="seed of initialisation, data order and dropout"
+    )
     p.add_argument("--task", choices=sorted(TASKS), help="the task (task.name)")
     p.add_argument("--data-dir", help="translate, lm, classify: the prepared data (task.data_dir)")
     p.add_argument("--decode", choices=["beam", "greedy"], help="test-time decoding (task.decode)")
-    p.add_argument("--steps", type=int, help="optimizer steps (train.steps)")
-    p.add_argument("--max-tokens", type=int, help="token budget per micro-batch")
-    p.add_argument("--accum-steps", type=int, help="micro-batches per optimizer step")
-    p.add_argument("--time-limit", type=float, help="stop after this many seconds of training")
-    p.add_argument("--log-every", type=int, help="steps between log records and lines")
-    p.add_argument("--eval-every", type=int, help="steps between validations")
-    p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints")
-    p.add_argument("--threads", type=int, help="BLAS threads (0 = the BLAS default)")
-    p.add_argument("--warmup", type=int, help="warmup steps of the schedule (optim.warmup)")
-    p.add_argument("--lr-factor", type=float, help="factor of the paper's schedule")
+    p.add_argument("--steps", type=COUNT, help="optimizer steps (train.steps)")
+    p.add_argument("--max-tokens", type=COUNT, help="token budget per micro-batch")
+    p.add_argument("--accum-steps", type=COUNT, help="micro-batches per optimizer step")
+    p.add_argument(
+        "--time-limit", type=number(lo=0), help="stop after this many seconds of training"
+    )
+    p.add_argument("--log-every", type=NONNEGATIVE, help="steps between log records and lines")
+    p.add_argument("--eval-every", type=NONNEGATIVE, help="steps between validations")
+    p.add_argument("--checkpoint-every", type=NONNEGATIVE, help="steps between checkpoints")
+    p.add_argument("--threads", type=NONNEGATIVE, help="BLAS threads (0 = the BLAS default)")
+    p.add_argument("--warmup", type=NONNEGATIVE, help="warmup steps of the schedule (optim.warmup)")
+    p.add_argument("--lr-factor", type=number(above=0), help="factor of the paper's schedule")
     p.add_argument(
         "--set",
         action="append",
