@@ -72,5 +72,15 @@ class ConfigError(ScratchformerError):
     not apply to the task, or settings a resumed run may not change."""
 
 
+class ResourceError(ScratchformerError):
+    """A request needs more memory than the machine has (estimated before any work)."""
+
+
+def gigabytes(nbytes: float) -> str:
+    """``"3.1 GB"``: a size for a message (two significant figures below 10 GB)."""
+    gb = nbytes / 1e9
+    return f"{gb:.2g} GB" if gb < 10 else f"{gb:.0f} GB"
+
+
 class TrainingDiverged(ScratchformerError):
     """The loss or the gradient became NaN or infinite; training stopped."""

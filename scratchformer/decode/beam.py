@@ -55,6 +55,7 @@ from scratchformer.decode.common import (
     DecodeError,
     Hypothesis,
     bos_column,
+    check_decode_memory,
     check_lengths_args,
     check_vocabulary,
     constrain,
@@ -261,6 +262,14 @@ def beam_search(
     max_lens = max_output_lengths(
         source_lengths(model, src), max_len_a, max_len_b, cfg.max_len
     )  # (B,) host: L_i
+    check_decode_memory(
+        cfg,
+        src.shape[0] * K,
+        int(max_lens.max()) + 1,
+        src.shape[1],
+        f"a beam of {K} for {src.shape[0]} sentences",
+        "lower the beam or the batch size",
+    )
     memory, src_mask = model.encode_infer(src)  # (B, S, D), (B, 1, 1, S)
     kv = model.init_kv(memory, src_mask, beams=K, capacity=int(max_lens.max()) + 1)
     finished, active, history, cum, tokens = _start(src.shape[0], K, cfg)

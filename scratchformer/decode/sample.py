@@ -14,7 +14,10 @@ Dimension key: ``R`` rows (samples), ``P`` prompt length, ``V`` vocabulary.
 
 from __future__ import annotations
 
+import math
+
 from scratchformer import backend
+from scratchformer.decode.common import check_decode_memory
 from scratchformer.errors import ScratchformerError
 
 
@@ -56,10 +59,11 @@ def generate(
 
     Stops at <eos> or after ``max_new_tokens`` (or the position table's end).
     """
-    if temperature < 0:
-        raise SamplingError(f"temperature must be >= 0, got {temperature}")
-    if top_k < 0:
-        raise SamplingError(f"top_k must be >= 0 (0 = all), got {top_k}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise SamplingError(f"temperature must be a finite number >= 0, got {temperature}")
+    for name, v, lo in (("top_k", top_k, 0), ("seed", seed, 0), ("num_samples", num_samples, 1)):
+        if not isinstance(v, int) or v < lo:
+            raise SamplingError(f"{name} must be a whole number >= {lo}, got {v!r}")
     if not prompt:
         raise SamplingError("the prompt is empty: start it with <bos>")
     np = backend.np
@@ -68,6 +72,14 @@ def generate(
     max_new = min(int(max_new_tokens), cfg.max_len - len(prompt))
     if max_new < 1:
         raise SamplingError(f"the prompt of {len(prompt)} fills max_len={cfg.max_len}")
+    check_decode_memory(
+        cfg,
+        num_samples,
+        len(prompt) + max_new,
+        0,
+        f"{num_samples} samples of up to {max_new} tokens",
+        "ask for fewer samples or tokens",
+    )
     kv = model.init_kv(num_samples, capacity=len(prompt) + max_new)
     tokens = backend.asarray(np.tile(np.asarray(prompt, dtype=np.int64), (num_samples, 1)))
     out = [[] for _ in range(num_samples)]
