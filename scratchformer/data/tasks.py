@@ -22,6 +22,7 @@ pairs are left out of training (and counted), never out of dev or test.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import string
 import zlib
@@ -34,6 +35,7 @@ from scratchformer.data.bpe import BPETokenizer
 from scratchformer.data.tokenizers import CharTokenizer, Tokenizer, tokenizer_from_dict
 from scratchformer.data.vocab import Vocab
 from scratchformer.errors import ScratchformerError
+from scratchformer.progress import progress_bar
 
 #: the built-in string tasks: name -> the target of a source string
 STRING_TASKS = {
@@ -66,12 +68,19 @@ class TaskData:
         return self._encoded[split]
 
 
+#: memory of one generated example beyond 40 bytes a letter: its two strings, their tuple,
+#: the list's pointer and the ids it is encoded to (measured: about 500 bytes at 12 letters)
+STRING_BYTES = 200
+
+
 def is_held_out(text: str, share: float) -> bool:
     """True for the fixed share of strings reserved for evaluation (by CRC-32)."""
     return zlib.crc32(text.encode("utf-8")) % 100_000 < share * 100_000
 
 
-def _sample(rule, alphabet, min_len, max_len, held_out, rng, n: int, evaluation: bool) -> list:
+def _sample(
+    rule, alphabet, min_len, max_len, held_out, rng, n: int, evaluation: bool, bar=None
+) -> list:
     out, tries = [], 0
     max_tries = 200 * n + 2_000  # acceptance is ~held_out or ~1 - held_out per draw
     while len(out) < n:
@@ -86,6 +95,8 @@ def _sample(rule, alphabet, min_len, max_len, held_out, rng, n: int, evaluation:
         src = "".join(alphabet[i] for i in rng.integers(0, len(alphabet), length))
         if is_held_out(src, held_out) == evaluation:
             out.append((src, rule(src)))
+            if bar is not None and len(out) % 10_000 == 0:
+                bar.update(10_000)
     return out
 
 
@@ -114,31 +125,54 @@ def string_task(
     need(0.0 < held_out < 1.0, f"held_out must be in (0, 1), got {held_out}")
     for n, v in (("train_size", train_size), ("valid_size", valid_size), ("test_size", test_size)):
         need(v >= 1, f"{n} must be >= 1, got {v}")
+    total = train_size + valid_size + test_size
+    backend.need_memory(
+        total * (STRING_BYTES + 40 * max_len),
+        f"{total} generated strings of up to {max_len} letters",
+        "lower task.train_size (valid_size, test_size)",
+    )
     rng = backend.host_rng([seed, 1])
     alphabet = string.ascii_lowercase[:symbols]
     draw = (STRING_TASKS[name], alphabet, min_len, max_len, held_out, rng)
-    train = _sample(*draw, train_size, evaluation=False)
-    valid = _sample(*draw, valid_size, evaluation=True)
-    test = _sample(*draw, test_size, evaluation=True)
+    # about 30 us a string: a large task draws a bar (on a terminal) rather than sit silent
+    bar = progress_bar(total, "drawing strings", "string", disable=None) if total > 1e5 else None
+    train = _sample(*draw, train_size, evaluation=False, bar=bar)
+    valid = _sample(*draw, valid_size, evaluation=True, bar=bar)
+    test = _sample(*draw, test_size, evaluation=True, bar=bar)
+    if bar is not None:
+        bar.close()
     return TaskData(CharTokenizer(Vocab(alphabet)), train, valid, test)
 
 
 def translation_tokenizer(data_dir, vocab_size: int, train_pairs) -> Tokenizer:
-    """The joint BPE of a translation task: loaded from ``{data_dir}/spm-bpe-{V}.json``
-    if present, else learnt from ``train_pairs`` and written there."""
+    """The joint BPE of a translation task, learnt from ``train_pairs`` and cached in
+    ``{data_dir}/spm-bpe-{V}.json`` under a key: the SHA-256 of the training text and
+    the settings. A cache whose key differs (train.tsv changed, or a cache written before
+    keys) is learnt again and replaced, never reused for other data."""
     path = Path(data_dir) / f"spm-bpe-{vocab_size}.json"
+    key = bpe_key(train_pairs, vocab_size)
     if path.is_file():
         try:
-            return tokenizer_from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (json.JSONDecodeError, ScratchformerError) as e:
+            cached = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(cached, dict) and cached.get("key") == key:
+                return tokenizer_from_dict(cached["tokenizer"])
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, ScratchformerError) as e:
             raise TaskError(
                 f"cannot read the cached BPE vocabulary {path} ({e}): delete it"
             ) from None
     tok = BPETokenizer.train([s for s, _ in train_pairs] + [t for _, t in train_pairs], vocab_size)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(tok.to_dict()), encoding="utf-8")
+    tmp.write_text(json.dumps({"key": key, "tokenizer": tok.to_dict()}), encoding="utf-8")
     tmp.replace(path)
     return tok
+
+
+def bpe_key(train_pairs, vocab_size: int) -> str:
+    """What a learnt BPE depends on: its settings and every training sentence."""
+    h = hashlib.sha256(f"bpe v1, vocab_size {vocab_size}\n".encode())
+    for s, t in train_pairs:
+        h.update(f"{s}\t{t}\n".encode())
+    return h.hexdigest()
 
 
 def translation_task(data_dir, *, vocab_size: int, max_len: int) -> TaskData:
