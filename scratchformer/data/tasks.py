@@ -117,11 +117,13 @@ def string_task(
 
     def need(cond, msg):
         if not cond:
-            raise TaskError(f"invalid task settings: {msg}")
+            raise TaskError(f"task.{msg}")
 
-    need(name in STRING_TASKS, f"unknown task {name!r}: expected one of {sorted(STRING_TASKS)}")
+    need(
+        name in STRING_TASKS, f"name {name!r} is not a string task: expected {sorted(STRING_TASKS)}"
+    )
     need(1 <= symbols <= 26, f"symbols must be in [1, 26], got {symbols}")
-    need(1 <= min_len <= max_len, f"need 1 <= min_len <= max_len, got {min_len}, {max_len}")
+    need(1 <= min_len <= max_len, f"min_len must be in [1, max_len], got {min_len} and {max_len}")
     need(0.0 < held_out < 1.0, f"held_out must be in (0, 1), got {held_out}")
     for n, v in (("train_size", train_size), ("valid_size", valid_size), ("test_size", test_size)):
         need(v >= 1, f"{n} must be >= 1, got {v}")

@@ -23,12 +23,24 @@ def _has_type(value, name: str) -> bool:
     return isinstance(value, _TYPES[name])
 
 
+#: a type annotation's name in a user's words
+_WORDS = {
+    "int": "a whole number",
+    "float": "a number",
+    "str": "text",
+    "bool": "true or false",
+    "dict": "a table",
+    "None": "left out",
+}
+
+
 def wrong_field_types(cls, values: dict) -> list[str]:
-    """``["d_model must be of type int, got 'abc'", ...]`` for the entries of ``values``
-    that are not of the annotated type of dataclass ``cls``'s field of that name (``int |
-    None`` etc.; an int may stand for a float, a bool for neither): a config value of the
-    wrong type is then a sentence, not a TypeError from a comparison deep inside. Every
-    config class (model, training, lm/classify) is checked by this one function."""
+    """``["d_model must be a whole number, got 'abc'", ...]`` for the entries of
+    ``values`` that are not of the annotated type of dataclass ``cls``'s field of that
+    name (``int | None`` etc.; an int may stand for a float, a bool for neither): a
+    config value of the wrong type is then a sentence, not a TypeError from a comparison
+    deep inside. Every config class (model, training, tasks) is checked by this one
+    function; each message starts with the field's name."""
     wrong = []
     for f in dataclasses.fields(cls):
         names = [t.strip() for t in str(f.type).split("|")]
@@ -36,7 +48,8 @@ def wrong_field_types(cls, values: dict) -> list[str]:
             continue  # absent, or an annotation this check does not know: not checked
         value = values[f.name]
         if not any(_has_type(value, t) for t in names):
-            wrong.append(f"{f.name} must be of type {f.type}, got {value!r}")
+            expected = " or ".join(_WORDS[t] for t in names)
+            wrong.append(f"{f.name} must be {expected}, got {value!r}")
     return wrong
 
 

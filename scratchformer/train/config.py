@@ -25,6 +25,7 @@ still work, with a note naming the new key.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -32,6 +33,8 @@ from pathlib import Path
 
 from scratchformer.errors import ConfigError
 from scratchformer.models import TransformerConfig
+from scratchformer.models.config import wrong_field_types
+from scratchformer.train.resume import RESUMABLE, resume_changes
 from scratchformer.train.tasks import TASKS
 from scratchformer.train.tasks.base import TOKENIZER_KEYS, check_settings, need
 
@@ -69,32 +72,6 @@ FLAT_KEYS = {
     "data_dir": "task.data_dir",
     "min_freq": "task.min_freq",
     "max_vocab": "task.max_vocab",
-}
-
-#: what a resumed run may change: where it is, when it stops, how often it logs,
-#: validates and saves, its threads and its test-time decoding. Anything else would
-#: change the data order, the model or the optimisation, so the run would not continue.
-RESUMABLE = {
-    "name",
-    "run_dir",
-    "task.data_dir",
-    "task.decode",
-    "task.beam_size",
-    "task.alpha",
-    "task.temperature",
-    "task.top_k",
-    "task.sample_len",
-    "train.steps",
-    "train.time_limit",
-    "train.log_every",
-    "train.eval_every",
-    "train.eval_limit",
-    "train.checkpoint_every",
-    "train.keep_checkpoints",
-    "train.average_last",
-    "train.test",
-    "train.examples",
-    "train.threads",
 }
 
 
@@ -377,6 +354,12 @@ def _where(origins: dict, dotted: str) -> str:
     return f" (from {origins[dotted]})" if dotted in origins else ""
 
 
+def _guess(key: str, known) -> str:
+    """`` (did you mean 'steps'?)`` for a key close to a known one, else ''."""
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _section(cls, d: dict, section: str, origins: dict, name: str = ""):
     known = [f.name for f in dataclasses.fields(cls)]
     for key in d:
@@ -389,12 +372,15 @@ def _section(cls, d: dict, section: str, origins: dict, name: str = ""):
                 f"whose settings are {', '.join(known[1:])}"
             )
         raise ConfigError(
-            f"unknown key {key!r} in [{section}]{_where(origins, f'{section}.{key}')}: "
-            f"expected one of {', '.join(known)}"
+            f"unknown key {key!r} in [{section}]{_where(origins, f'{section}.{key}')}"
+            f"{_guess(key, known)}: expected one of {', '.join(known)}"
         )
     missing = [k for k in known if k not in d]
     if missing:
         raise ConfigError(f"[{section}] lacks {', '.join(missing)}")
+    for wrong in wrong_field_types(cls, d):
+        key = wrong.split()[0]
+        raise ConfigError(f"{section}.{wrong}{_where(origins, f'{section}.{key}')}")
     obj = cls(**d)
     obj.check()
     return obj
@@ -404,7 +390,8 @@ def _typed(d: dict, origins: dict) -> TrainConfig:
     unknown = sorted(k for k in d if k not in TOP_LEVEL and k not in SECTIONS)
     if unknown:
         raise ConfigError(
-            f"unknown top-level key(s) {unknown}{_where(origins, unknown[0])}: expected "
+            f"unknown top-level key {unknown[0]!r}{_where(origins, unknown[0])}"
+            f"{_guess(unknown[0], TOP_LEVEL + SECTIONS)}: expected "
             f"{', '.join(TOP_LEVEL)} or the sections [{'] ['.join(SECTIONS)}]"
         )
     for section in SECTIONS:
@@ -415,8 +402,9 @@ def _typed(d: dict, origins: dict) -> TrainConfig:
             )
     top = {k: d[k] for k in TOP_LEVEL}
     wrong = [
-        f"{k} must be of type {t.__name__}, got {top[k]!r}{_where(origins, k)}"
-        for k, t in (("name", str), ("seed", int), ("run_dir", str))
+        f"{k} must be {what}, got {top[k]!r}{_where(origins, k)}"
+        for k, t, what in (("name", str, "text"), ("seed", int, "a whole number"))
+        + (("run_dir", str, "text"),)
         if not isinstance(top[k], t) or isinstance(top[k], bool)
     ]
     need(not wrong, "; ".join(wrong))
@@ -444,30 +432,14 @@ def _check_model_keys(model: dict, origins: dict) -> None:
             raise ConfigError(f"model.{key}{where} is set by the tokenizer, not the config")
         if key not in fields and key != "preset":
             raise ConfigError(
-                f"unknown key {key!r} in [model]{where}: expected preset or one of "
-                f"{', '.join(sorted(fields - set(TOKENIZER_KEYS)))}"
+                f"unknown key {key!r} in [model]{where}{_guess(key, fields | {'preset'})}: "
+                f"expected preset or one of {', '.join(sorted(fields - set(TOKENIZER_KEYS)))}"
             )
-
-
-def resume_changes(cfg: TrainConfig, stored: TrainConfig) -> list[str]:
-    """The keys (outside ``[model]``, which the model configuration decides) whose
-    values differ between ``cfg`` and ``stored`` and that a resumed run may not change."""
-    a, b = _flat(cfg.to_dict()), _flat(stored.to_dict())
-    return sorted(
-        k
-        for k in set(a) | set(b)
-        if not k.startswith("model.") and k not in RESUMABLE and a.get(k) != b.get(k)
-    )
-
-
-def _flat(d: dict) -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update({f"{k}.{kk}": vv for kk, vv in v.items()})
-        else:
-            out[k] = v
-    return out
+    if not isinstance(model.get("preset", ""), str):
+        raise ConfigError(f"model.preset must be text, got {model['preset']!r}")
+    for wrong in wrong_field_types(TransformerConfig, model):
+        key = wrong.split()[0]
+        raise ConfigError(f"model.{wrong}{_where(origins, f'model.{key}')}")
 
 
 __all__ = [

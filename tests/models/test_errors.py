@@ -244,11 +244,11 @@ def test_invalid_module_arguments():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"d_model": "abc"}, "d_model must be of type int, got 'abc'"),
-        ({"h": 4.5}, "h must be of type int, got 4.5"),
-        ({"N": True}, "N must be of type int, got True"),
-        ({"d_k": "8"}, "d_k must be of type int | None, got '8'"),
-        ({"P_drop": "0.1"}, "P_drop must be of type float, got '0.1'"),
+        ({"d_model": "abc"}, "d_model must be a whole number, got 'abc'"),
+        ({"h": 4.5}, "h must be a whole number, got 4.5"),
+        ({"N": True}, "N must be a whole number, got True"),
+        ({"d_k": "8"}, "d_k must be a whole number or left out, got '8'"),
+        ({"P_drop": "0.1"}, "P_drop must be a number, got '0.1'"),
     ],
 )
 def test_config_values_of_the_wrong_type_are_named(overrides, message):

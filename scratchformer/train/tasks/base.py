@@ -47,10 +47,11 @@ class TaskBatch(NamedTuple):
 
 
 def check_settings(obj, section: str = "task") -> None:
-    """Raise ConfigError naming every field of dataclass ``obj`` of the wrong type."""
+    """Raise ConfigError naming every field of dataclass ``obj`` of the wrong type
+    (``task.max_len must be a whole number, got 'abc'``)."""
     wrong = wrong_field_types(type(obj), vars(obj))
     if wrong:
-        raise ConfigError(f"[{section}] " + f"; [{section}] ".join(wrong))
+        raise ConfigError("; ".join(f"{section}.{w}" for w in wrong))
 
 
 def need(cond: bool, msg: str) -> None:
@@ -101,8 +102,9 @@ class Task:
         )
         try:
             self.model_config = TransformerConfig(**kwargs)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"invalid [model] settings: {e}") from None
+        except (TypeError, ValueError) as e:  # the config's own words, without its class name
+            msg = str(e).removeprefix("invalid TransformerConfig: ")
+            raise ConfigError(f"[model]: {msg}") from None
         return self.model_config
 
     def build_model(self, config: TransformerConfig):
