@@ -122,7 +122,7 @@ class KilledRun:
         p, files = self.start()
         if not from_start:
             self.wait_for(p, lambda: self.text("out.txt").strip())
-        time.sleep(rng.uniform(0.05, 0.4))
+        time.sleep(rng.uniform(0.02, 0.3))
         if p.poll() is not None:
             pytest.fail(f"the run ended before its kill (raise steps):\n{self.output()}")
         self.kill(p, files, "at a random moment" + (" of the start" if from_start else ""))
@@ -214,7 +214,7 @@ def assert_same_run(killed: Path, reference: Path) -> None:
 #: per point, kills inside the averaged model's save per point (then also one after the
 #: last checkpoint is renamed into place, before the old ones are pruned)
 PLANS = [
-    pytest.param("reverse", 1500, 15, 3, 2, 1, id="reverse-25-kills"),
+    pytest.param("reverse", 2000, 15, 3, 2, 1, id="reverse-25-kills"),
     pytest.param("lm", 400, 3, 1, 1, 1, id="lm-10-kills"),
     pytest.param("classify", 400, 3, 1, 1, 1, id="classify-10-kills"),
 ]
