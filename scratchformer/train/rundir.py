@@ -147,12 +147,11 @@ def clear_for_fresh_run(run_dir: Path, overwrite: bool) -> None:
     earlier = earlier_run(run_dir)
     if earlier and not overwrite:
         steps = [int(m.group(1)) for p in earlier if (m := CHECKPOINT_RE.match(p.name))]
+        what = f"({earlier[0].name}) and no checkpoint to resume: pass"
         if steps:
-            what = f"checkpoints up to step {steps[-1]}): pass --resume to continue it,"
-        else:
-            what = f"{earlier[0].name}) and no checkpoint to resume: pass"
+            what = f"(checkpoints up to step {steps[-1]}): pass --resume to continue it,"
         raise ConfigError(
-            f"{run_dir} holds an earlier run ({what} --overwrite to start again there, or "
+            f"{run_dir} holds an earlier run {what} --overwrite to start again there, or "
             "--name/--run-dir for a new run"
         )
     for p in earlier:
