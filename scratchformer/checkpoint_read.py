@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import struct
 import zipfile
 import zlib
@@ -78,35 +77,10 @@ class Checkpoint:
     path: Path | None = None
 
 
-def available_memory() -> int | None:
-    """Bytes this process can still allocate: the smaller of the system's available
-    memory and what its cgroup (container) limit leaves; None where neither is known."""
-    found = []
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
-        if limit != "max":
-            found.append(max(int(limit) - int(used), 0))
-    except (OSError, ValueError):
-        pass
-    if not found:
-        try:
-            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        except (ValueError, OSError, AttributeError):
-            return None
-    return min(found)
-
-
 def _check_memory(path, needed: int, what: str) -> None:
-    """Refuse ``needed`` bytes when more than the memory available."""
-    free = available_memory()
+    """Refuse ``needed`` bytes when more than the host memory available (arrays are read
+    to the host whatever the backend)."""
+    free = backend.available_memory()
     if free is not None and needed > free:
         raise CheckpointError(
             f"checkpoint {path}: {what} {show_size(needed)}, more than the "
@@ -485,7 +459,6 @@ __all__ = [
     "MODEL_CLASSES",
     "Checkpoint",
     "CheckpointError",
-    "available_memory",
     "load_checkpoint",
     "load_with_tokenizer",
     "read_params",
