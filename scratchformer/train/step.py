@@ -73,9 +73,14 @@ class Window:
 
     def __init__(self, state: dict | None = None):
         state = state or {}
-        self.loss = float(state.get("loss", 0.0))
-        self.nll = float(state.get("nll", 0.0))
-        self.steps = int(state.get("steps", 0))
+        try:
+            self.loss = float(state.get("loss", 0.0))
+            self.nll = float(state.get("nll", 0.0))
+            self.steps = int(state.get("steps", 0))
+        except (AttributeError, TypeError, ValueError):
+            raise ScratchformerError(
+                f"the checkpoint's train_state.window is not valid ({state!r:.80})"
+            ) from None
         self.tokens = 0  # of this process's steps alone: tokens/s is this process's speed
         self.t0 = time.perf_counter()
 
