@@ -1,0 +1,224 @@
+"""Resources: what the commands hold in memory and when their output comes.
+
+Streaming translation (``translate``, ``evaluate``): the input is read, decoded and
+written a chunk of lines at a time (``--chunk-size``, default ``CHUNK_SIZE``), so that
+
+- the output is the same whatever the chunk size (sorting and batching happen within a
+  chunk, and the searches are batch-invariant);
+- the first lines come out while the input is still being written (a pipe);
+- the peak memory does not grow with the length of the input (slow: 200,000 lines).
+"""
+
+import queue
+import random
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from task_data import TINY_RUN
+
+from scratchformer.checkpoint import load_with_tokenizer
+from scratchformer.cli import main
+from scratchformer.decode import translate
+
+LETTERS = "abcdefghij"  # the reverse task's alphabet (10 symbols)
+
+
+def reverse_lines(n: int, seed: int = 0) -> list[str]:
+    """``n`` source lines of the reverse task (1-12 letters), always the same for a seed."""
+    r = random.Random(seed)
+    return ["".join(r.choice(LETTERS) for _ in range(r.randint(1, 12))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def stream_model(tmp_path_factory):
+    """A tiny reverse model, a few dozen steps: ``(checkpoint, model, tokenizer)``."""
+    run = tmp_path_factory.mktemp("stream") / "run"
+    assert main(["train", *TINY_RUN, "--run-dir", str(run), "--steps", "60", "--no-test"]) == 0
+    ckpt = run / "checkpoints" / "averaged.npz"
+    loaded, tok = load_with_tokenizer(ckpt)
+    return ckpt, loaded.model, tok
+
+
+def _cli(capsys, argv):
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+MODES = {
+    "greedy": ["--greedy"],
+    "beam": ["--beam", "3"],
+    "nbest": ["--beam", "3", "--nbest", "2", "--scores"],
+}
+# lines of all lengths (so that each chunk is sorted differently), blank ones, unknown ones
+STREAM_INPUT = reverse_lines(40, seed=1) + ["", "abc", "  ", "aøb"] + reverse_lines(9, seed=2)
+
+
+def _same_nbest(a: str, b: str) -> None:
+    """Equal n-best outputs: line numbers, ranks and texts exactly; scores to float32
+    rounding (batches made of other sentences change their last digit, as batch sizes
+    always did)."""
+    rows_a = [line.split("\t") for line in a.splitlines()]
+    rows_b = [line.split("\t") for line in b.splitlines()]
+    assert [(r[:2], r[4:]) for r in rows_a] == [(r[:2], r[4:]) for r in rows_b]
+    scores_a = [float(x) for r in rows_a for x in r[2:4]]
+    scores_b = [float(x) for r in rows_b for x in r[2:4]]
+    assert scores_a == pytest.approx(scores_b, rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.parametrize("chunk", ["1", "3", "7", "default-3"])
+@pytest.mark.parametrize("mode", MODES)
+def test_chunked_translation_equals_one_chunk(
+    stream_model, tmp_path, capsys, monkeypatch, mode, chunk
+):
+    ckpt, model, tok = stream_model
+    src = tmp_path / "src.txt"
+    src.write_text("".join(s + "\n" for s in STREAM_INPUT), encoding="utf-8")
+    argv = ["translate", "--checkpoint", ckpt, "--input", src, "--batch-size", "4", *MODES[mode]]
+    whole = _cli(capsys, [*argv, "--chunk-size", "100000"])
+    if chunk == "default-3":  # the module constant is the default
+        monkeypatch.setattr("scratchformer.commands.translate.CHUNK_SIZE", 3)
+        chunked = _cli(capsys, argv)
+    else:
+        chunked = _cli(capsys, [*argv, "--chunk-size", chunk])
+    if mode != "nbest":  # the text, and what the Python API gives for the whole input
+        assert chunked == whole
+        options = {"greedy": True} if mode == "greedy" else {"beam_size": 3}
+        hyps = translate(model, tok, STREAM_INPUT, batch_size=4, **options)
+        assert whole == "".join(h + "\n" for h in hyps)
+        return
+    _same_nbest(chunked, whole)
+    lines = whole.split("\n")[:-1]
+    blank = STREAM_INPUT.index("") + 1  # its line number
+    assert len(lines) == 2 * (len(STREAM_INPUT) - 1) + 1 and lines[2 * (blank - 1)] == ""
+    assert [int(line.split("\t")[0]) for line in lines if line] == [
+        n for n in range(1, len(STREAM_INPUT) + 1) if n != blank for _ in (1, 2)
+    ]
+
+
+@pytest.mark.parametrize("chunk", ["1", "4"])
+def test_evaluate_writes_the_same_output_in_chunks(stream_model, tmp_path, capsys, chunk):
+    pytest.importorskip("sacrebleu")
+    ckpt, model, tok = stream_model
+    sources = reverse_lines(11, seed=3)
+    (tmp_path / "test.tsv").write_text("".join(f"{s}\t{s[::-1]}\n" for s in sources), "utf-8")
+    argv = ["evaluate", "--checkpoint", ckpt, "--data-dir", tmp_path, "--greedy"]
+    whole = _cli(capsys, [*argv, "--output", tmp_path / "whole.txt", "--chunk-size", "1000"])
+    chunked = _cli(capsys, [*argv, "--output", tmp_path / "chunked.txt", "--chunk-size", chunk])
+    expected = "".join(h + "\n" for h in translate(model, tok, sources, greedy=True))
+    assert (tmp_path / "chunked.txt").read_text("utf-8") == expected
+    assert (tmp_path / "whole.txt").read_text("utf-8") == expected
+    bleu = [line for line in whole.splitlines() if line.startswith("BLEU = ")]
+    assert len(bleu) == 1 and bleu[0] in chunked  # corpus BLEU over all the sentences
+
+
+def _line_reader(stream) -> queue.Queue:
+    """A queue that receives each line of ``stream`` as it comes, then None at its end."""
+    lines: queue.Queue = queue.Queue()
+
+    def pump():
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def test_translation_output_comes_while_the_input_is_still_open(stream_model):
+    """Through a pipe, with chunks of 3 lines: each chunk's output is read back before
+    the next chunk is even written, and stdin is closed only at the end."""
+    ckpt, model, tok = stream_model
+    sources = reverse_lines(9, seed=4)
+    expected = translate(model, tok, sources, greedy=True)
+    cmd = [sys.executable, "-m", "scratchformer", "translate", "--checkpoint", str(ckpt)]
+    child = subprocess.Popen(
+        [*cmd, "--greedy", "--chunk-size", "3"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        out = _line_reader(child.stdout)
+        for i in range(0, 9, 3):
+            child.stdin.write("".join(s + "\n" for s in sources[i : i + 3]).encode())
+            child.stdin.flush()
+            got = [out.get(timeout=60).decode() for _ in range(3)]  # never hangs
+            assert got == [h + "\n" for h in expected[i : i + 3]]
+        child.stdin.close()
+        assert out.get(timeout=60) is None  # no more output, and the end of it
+        assert child.wait(timeout=60) == 0
+        assert child.stderr.read().decode().startswith("translated 9 sentences in ")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+# Starts a command and reports its peak resident memory. A child's ru_maxrss counts the
+# memory of the process it was forked from (Linux keeps the high-water mark across
+# exec), so the command is started from this small process, not from the test's own.
+MEASURE = (
+    "import os, subprocess, sys\n"
+    "child = subprocess.Popen(sys.argv[1:])\n"
+    "_, status, usage = os.wait4(child.pid, 0)\n"
+    "print(usage.ru_maxrss, os.waitstatus_to_exitcode(status), file=sys.stderr)\n"
+)
+
+
+def _translate_measured(ckpt, src: str) -> dict:
+    """Translate the file ``src`` greedily in a child process: its output lines, its
+    peak resident memory (bytes, the kernel's count for that process), the wall time
+    and the time to the first output line."""
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-m", "scratchformer", "translate", "--checkpoint", str(ckpt)]
+    child = subprocess.Popen(
+        [sys.executable, "-c", MEASURE, *cmd, "--greedy", "--input", src],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    lines, first = [], None
+    for line in child.stdout:
+        first = first or time.perf_counter() - t0
+        lines.append(line.decode().rstrip("\n"))
+    err = child.stderr.read().decode()
+    assert child.wait() == 0, err
+    wall = time.perf_counter() - t0
+    peak_kb, code = map(int, err.splitlines()[-1].split())
+    assert code == 0, err
+    return {"lines": lines, "peak": peak_kb * 1024, "wall": wall, "first": first}
+
+
+@pytest.mark.slow
+def test_translation_memory_does_not_grow_with_the_input(tmp_path, capsys):
+    """200,000 lines translated with the default reverse model (configs/reverse.toml's
+    model; trained 300 steps only, which is enough to emit <eos> and keep outputs
+    short) need no more memory than 20,000 lines: the peak resident memory of the
+    child process is within 30 MB, and the output is the one the model gives."""
+    run = tmp_path / "run"
+    argv = ["train", "--steps", "300", "--run-dir", run, "--no-progress", "--no-test"]
+    assert main([str(a) for a in argv]) == 0
+    ckpt = run / "checkpoints" / "averaged.npz"
+    sources = reverse_lines(200_000, seed=5)
+    small, big = tmp_path / "20k.txt", tmp_path / "200k.txt"
+    small.write_text("".join(s + "\n" for s in sources[:20_000]), encoding="utf-8")
+    big.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    m20 = _translate_measured(ckpt, str(small))
+    m200 = _translate_measured(ckpt, str(big))
+    assert len(m200["lines"]) == 200_000
+    assert m200["lines"][:20_000] == m20["lines"]
+    loaded, tok = load_with_tokenizer(ckpt)
+    assert m200["lines"][:300] == translate(loaded.model, tok, sources[:300], greedy=True)
+    with capsys.disabled():  # the figures, for whoever runs this test
+        mb = 2**20
+        print(
+            f"\n  translate --greedy: 20k lines peak {m20['peak'] / mb:.1f} MB, "
+            f"{m20['wall']:.1f} s; 200k lines peak {m200['peak'] / mb:.1f} MB, "
+            f"{m200['wall']:.1f} s, first line after {m200['first']:.2f} s"
+        )
+    assert m200["peak"] < m20["peak"] + 30 * 2**20
