@@ -26,9 +26,11 @@ output written.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from contextlib import ExitStack
+from pathlib import Path
 
 from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.commands import COUNT, NONNEGATIVE, number, plural
@@ -77,6 +79,7 @@ def run(args) -> int:
     chunk_size = CHUNK_SIZE if args.chunk_size is None else args.chunk_size
     if chunk_size < 1:
         raise ScratchformerError(f"--chunk-size must be at least 1, got {chunk_size}")
+    _refuse_writing_over_the_input(args.input, args.output)
     ckpt, tokenizer = load_with_tokenizer(args.checkpoint, expect=Transformer)
     if args.input == "-":
         source, name, total = getattr(sys.stdin, "buffer", sys.stdin), "stdin", None
@@ -109,6 +112,18 @@ def run(args) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _refuse_writing_over_the_input(source: str, output: str) -> None:
+    """The output is written while the input is still being read: the same file for
+    both would be emptied before it is read."""
+    if "-" in (source, output) or not Path(output).exists() or not Path(source).exists():
+        return
+    if os.path.samefile(source, output):
+        raise ScratchformerError(
+            f"--output {output} is the --input file: the input is read while the output "
+            "is written, so write to another file"
+        )
 
 
 def _decoder(args, model, tokenizer):
