@@ -185,8 +185,15 @@ def test_empty_or_useless_metrics_log_is_a_clear_error(tmp_path, capsys):
 
 
 def test_bad_schedule_and_positional_arguments(tmp_path, capsys):
-    assert "--warmup values must be positive" in run_error(capsys, "schedule", "--warmup", "0")
-    assert "--positions must be at least 1" in run_error(capsys, "positional", "--positions", "0")
+    for argv, message in (
+        (["schedule", "--warmup", "0"], "argument --warmup: must be a whole number >= 1"),
+        (["positional", "--positions", "0"], "argument --positions: must be a whole number >= 1"),
+        (["positional", "--d-model", "1"], "argument --d-model: must be a whole number >= 2"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(["plot", *argv])
+        assert e.value.code == 2
+        assert message in capsys.readouterr().err
     err = run_error(capsys, "schedule", "-o", str(tmp_path / "x.jpg"))
     assert "should end in .png" in err
 

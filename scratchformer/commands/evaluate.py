@@ -32,6 +32,7 @@ from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
 from scratchformer.progress import progress_bar
 from scratchformer.train import evaluation
+from scratchformer.train.report import FORMATS
 from scratchformer.train.tasks.seq2seq import pair_batches
 
 
@@ -128,7 +129,7 @@ def run(args) -> int:
         print(f"  signature: {scores['chrf_signature']}")
         if scores_tf:
             print(
-                f"perplexity = {scores_tf['ppl']:.3f} (teacher-forced, "
+                f"perplexity = {FORMATS['ppl'][1](scores_tf['ppl'])} (teacher-forced, "
                 f"{scores_tf['ppl_sentences']} of {len(pairs)} sentences, "
                 f"{scores_tf['ppl_tokens']} target tokens)"
             )

@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
         description="The sinusoidal encoding (positions x dimensions), or with --checkpoint "
         "the position table of a trained model (its learned table for positions='learned').",
     )
-    q.add_argument("--d-model", type=COUNT, default=512, help="width of the sinusoid table")
+    q.add_argument("--d-model", type=integer(lo=2), default=512, help="width of the sinusoid table")
     q.add_argument("--positions", type=COUNT, default=100, help="number of positions drawn")
     q.add_argument("--checkpoint", help="draw this model's table (checkpoint or run dir)")
     q.add_argument("--stack", choices=["encoder", "decoder"], default="encoder")
@@ -172,11 +172,7 @@ def run_attention(args) -> int:
 
 # -- positions, schedule, curves ---------------------------------------------------------------
 def run_positional(args) -> int:
-    if args.positions < 1:
-        raise PlotError(f"--positions must be at least 1, got {args.positions}")
     if args.checkpoint is None:
-        if args.d_model < 2:
-            raise PlotError(f"--d-model must be at least 2, got {args.d_model}")
         backend.need_memory(
             32.0 * args.positions * args.d_model,  # the table and the image's float copies
             f"a table of {args.positions} positions x {args.d_model} dimensions",
@@ -214,14 +210,9 @@ def run_positional(args) -> int:
 
 
 def run_schedule(args) -> int:
-    for name, values in (("--d-model", args.d_model), ("--warmup", args.warmup)):
-        if any(v < 1 for v in values):
-            raise PlotError(f"{name} values must be positive, got {values}")
     if args.old_factor is not None:
         print("note: --factor is now called --lr-factor", file=sys.stderr)
         args.lr_factor = args.old_factor
-    if any(f <= 0 for f in args.lr_factor):
-        raise PlotError(f"--lr-factor values must be positive, got {args.lr_factor}")
     curves = list(itertools.product(args.d_model, args.warmup, args.lr_factor))
     out = viz.plot_schedule(curves, args.out, steps=args.steps)
     print(f"wrote {out} ({' x '.join(map(str, viz.png_size(out)))}), {len(curves)} curves")

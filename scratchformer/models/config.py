@@ -150,6 +150,7 @@ class TransformerConfig:
                 f"{name}={i} is outside the vocabulary of {min(self.vocab_size, self.src_vocab)}",
             )
         need(self.max_len >= 1, f"max_len must be >= 1, got {self.max_len}")
+        need(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         need(
             self.attention in ATTENTION_KINDS,
             f"attention={self.attention!r}: expected one of {list(ATTENTION_KINDS)}",

@@ -51,9 +51,9 @@ def test_seeded_and_encoded_without_specials():
 
 
 def test_impossible_settings_are_clear_errors():
-    with pytest.raises(TaskError, match="unknown task"):
+    with pytest.raises(TaskError, match="not a string task"):
         task("paraphrase")
-    with pytest.raises(TaskError, match="min_len <= max_len"):
+    with pytest.raises(TaskError, match=r"min_len must be in \[1, max_len\]"):
         task(min_len=5, max_len=3)
     with pytest.raises(TaskError, match="could not draw"):  # 1 symbol, length 1: one string
         task(symbols=1, min_len=1, max_len=1, train_size=5, held_out=0.5)

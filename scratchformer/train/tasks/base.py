@@ -105,7 +105,13 @@ class Task:
         except (TypeError, ValueError) as e:  # the config's own words, without its class name
             msg = str(e).removeprefix("invalid TransformerConfig: ")
             raise ConfigError(f"[model]: {msg}") from None
-        return self.model_config
+        c = self.model_config
+        backend.need_memory(  # the position tables (learned: one per stack) and embeddings
+            8.0 * c.d_model * (2 * c.max_len + c.vocab_size + c.src_vocab),
+            f"a model of max_len {c.max_len} and d_model {c.d_model}",
+            "lower model.max_len or model.d_model",
+        )
+        return c
 
     def build_model(self, config: TransformerConfig):
         raise NotImplementedError
