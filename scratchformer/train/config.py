@@ -34,7 +34,6 @@ from pathlib import Path
 from scratchformer.errors import ConfigError
 from scratchformer.models import TransformerConfig
 from scratchformer.models.config import wrong_field_types
-from scratchformer.train.resume import RESUMABLE, resume_changes
 from scratchformer.train.tasks import TASKS
 from scratchformer.train.tasks.base import TOKENIZER_KEYS, check_settings, need
 
@@ -134,6 +133,12 @@ class LoopConfig:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             need(v >= 0, f"train.{f.name} must be >= 0, got {v}")
+        need(
+            not (0 < self.keep_checkpoints < self.average_last),
+            f"train.keep_checkpoints = {self.keep_checkpoints} is fewer than train.average_last "
+            f"= {self.average_last}: the final average reads the last {self.average_last} "
+            "checkpoints (keep more, or average fewer)",
+        )
         need(
             math.isfinite(self.time_limit),
             f"train.time_limit must be finite, got {self.time_limit} (0 = no limit)",
@@ -445,7 +450,6 @@ def _check_model_keys(model: dict, origins: dict) -> None:
 __all__ = [
     "FLAT_KEYS",
     "RENAMED",
-    "RESUMABLE",
     "LoopConfig",
     "OptimConfig",
     "TrainConfig",
@@ -454,7 +458,6 @@ __all__ = [
     "override_value",
     "parse_value",
     "read_config",
-    "resume_changes",
     "set_dotted",
     "shipped_names",
 ]

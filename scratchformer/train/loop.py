@@ -56,12 +56,13 @@ from scratchformer.checkpoint import (
     save_checkpoint,
 )
 from scratchformer.data.batching import TokenBatchSampler
-from scratchformer.errors import ConfigError, TrainingDiverged
+from scratchformer.errors import TrainingDiverged
 from scratchformer.optim import Adam, clip_grad_norm, make_schedule
 from scratchformer.progress import Ticker, clock, progress_bar
 from scratchformer.train import report
-from scratchformer.train.config import TrainConfig, resume_changes
+from scratchformer.train.config import TrainConfig
 from scratchformer.train.report import TrainResult
+from scratchformer.train.resume import check_resumable
 from scratchformer.train.rundir import (
     RunLock,
     append_record,
@@ -147,7 +148,7 @@ class Trainer:
         else:
             path = Path(resume)
         ck = load_checkpoint(path)
-        self._check_resumable(ck, path)
+        check_resumable(ck, path, self.cfg, self.task, self.model_config)
         self.model.load_state_dict(ck.model.state_dict())
         self.optimizer.load_state_dict(ck.optimizer_state)
         ts = ck.train_state
@@ -160,39 +161,6 @@ class Trainer:
         prune_checkpoints(self.ckpt_dir, self.cfg.train)
         truncate_metrics(self.metrics_path, self.step)
 
-    def _check_resumable(self, ck, path) -> None:
-        """Refuse a checkpoint of another task, model, vocabulary or data order."""
-        stored = TrainConfig.from_stored(ck.meta.get("train_config"), str(path))
-        if stored.task.name != self.task.name:
-            raise ConfigError(
-                f"cannot resume from {path}: it trained task {stored.task.name}, this run "
-                f"trains {self.task.name}"
-            )
-        changed = resume_changes(self.cfg, stored)
-        if changed:
-            raise ConfigError(
-                f"cannot resume from {path} with other {', '.join(changed)}: the run would "
-                "not continue (a resumed run may change only where it writes, when it stops, "
-                "how often it logs, validates and saves, its threads and its test decoding)"
-            )
-        mine, theirs = self.model_config.to_dict(), ck.config.to_dict()
-        if mine != theirs:
-            diff = ", ".join(
-                f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} here"
-                for k in sorted(set(mine) | set(theirs))
-                if mine.get(k) != theirs.get(k)
-            )
-            raise ConfigError(f"cannot resume from {path}: its model differs ({diff})")
-        if ck.meta.get("tokenizer") != self.task.tokenizer.to_dict():
-            raise ConfigError(
-                f"cannot resume from {path}: its vocabulary differs from the one built from the "
-                "data now (was the data prepared again?)"
-            )
-        if ck.optimizer_state is None or not isinstance(ck.train_state, dict):
-            raise CheckpointError(
-                f"cannot resume from {path}: it holds no optimizer or training state"
-            )
-
     # -- state -------------------------------------------------------------------------------
     def train_state(self) -> dict:
         return {
@@ -203,6 +171,7 @@ class Trainer:
             "seed": self.cfg.seed,
             "seconds": self.seconds_before + time.perf_counter() - self.t_start,
             "window": self.window.state(),
+            "data": self.task.fingerprint(),
         }
 
     def meta(self) -> dict:

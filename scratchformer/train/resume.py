@@ -10,6 +10,10 @@ refusal names them all.
 
 from __future__ import annotations
 
+from scratchformer.checkpoint import CheckpointError
+from scratchformer.errors import ConfigError
+from scratchformer.train.config import TrainConfig
+
 #: what a resumed run may change: where it is, when it stops, how often it logs,
 #: validates and saves, its threads and its test-time decoding. Anything else would
 #: change the data order, the model or the optimisation, so the run would not continue.
@@ -58,4 +62,53 @@ def _flat(d: dict) -> dict:
     return out
 
 
-__all__ = ["RESUMABLE", "resume_changes"]
+def check_resumable(ck, path, cfg, task, model_config) -> None:
+    """Refuse, in one line naming what differs, a checkpoint ``ck`` (read from ``path``)
+    that the run of ``cfg`` would not continue: another task, settings outside
+    ``RESUMABLE``, another model or vocabulary, other training data (its fingerprint, for
+    checkpoints that carry one), or no optimizer or training state to continue from."""
+    stored = TrainConfig.from_stored(ck.meta.get("train_config"), str(path))
+    if stored.task.name != task.name:
+        raise ConfigError(
+            f"cannot resume from {path}: it trained task {stored.task.name}, this run "
+            f"trains {task.name}"
+        )
+    changed = resume_changes(cfg, stored)
+    if changed:
+        raise ConfigError(
+            f"cannot resume from {path} with other {', '.join(changed)}: the run would "
+            "not continue (a resumed run may change only where it writes, when it stops, "
+            "how often it logs, validates and saves, its threads and its test decoding)"
+        )
+    mine, theirs = model_config.to_dict(), ck.config.to_dict()
+    if mine != theirs:
+        diff = ", ".join(
+            f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} here"
+            for k in sorted(set(mine) | set(theirs))
+            if mine.get(k) != theirs.get(k)
+        )
+        raise ConfigError(f"cannot resume from {path}: its model differs ({diff})")
+    if ck.meta.get("tokenizer") != task.tokenizer.to_dict():
+        raise ConfigError(
+            f"cannot resume from {path}: its vocabulary differs from the one built from the "
+            "data now (was the data prepared again?)"
+        )
+    ts = ck.train_state
+    if ck.optimizer_state is None or not isinstance(ts, dict):
+        raise CheckpointError(f"cannot resume from {path}: it holds no optimizer or training state")
+    for key in ("step", "epoch", "batch_index"):
+        v = ts.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise CheckpointError(
+                f"cannot resume from {path}: train_state.{key} must be a whole number >= 0, "
+                f"got {v!r}"
+            )
+    if "data" in ts and ts["data"] != task.fingerprint():
+        raise ConfigError(
+            f"cannot resume from {path}: the training data differ from the data it was "
+            "trained on (a changed file would change the data order): restore them, or "
+            "start a new run"
+        )
+
+
+__all__ = ["RESUMABLE", "check_resumable", "resume_changes"]

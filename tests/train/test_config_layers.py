@@ -7,7 +7,8 @@ import pytest
 
 from scratchformer.commands.train import add_parser, resolve_config
 from scratchformer.train import TASKS, ConfigError, TrainConfig, shipped_names
-from scratchformer.train.config import build, read_config, resume_changes
+from scratchformer.train.config import build, read_config
+from scratchformer.train.resume import resume_changes
 
 
 def parse(*argv):

@@ -25,6 +25,7 @@ Splits are named "train", "valid" and "test".
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import NamedTuple
 
@@ -120,6 +121,19 @@ class Task:
     def examples(self, split: str) -> list:
         """The encoded examples of a split."""
         raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        """SHA-256 (16 hex digits) of the encoded training examples, in order: a resumed
+        run refuses other data, which would change what its batches hold."""
+        if getattr(self, "_fingerprint", None) is None:
+            h = hashlib.sha256()
+            for example in self.examples("train"):
+                for part in example if isinstance(example, tuple) else (example,):
+                    raw = backend.np.asarray(part)
+                    h.update(f"{raw.dtype}{raw.shape};".encode())
+                    h.update(raw.tobytes() if raw.dtype.kind != "U" else str(part).encode())
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
 
     def widths(self, split: str):
         raise NotImplementedError
