@@ -1,4 +1,12 @@
-"""The command line's last line of defence, and a backend that cannot start.
+"""The command line: bad values refused in one line, its last line of defence, and a
+backend that cannot start.
+
+Bad values on the command line: every flag of every command refuses a value out of its
+range in one line naming the flag and the range, before anything is loaded; misspelt
+flags, commands and choices get a guess. Values at the edge of a range work and give
+the right result.
+
+The last line of defence, and a backend that cannot start:
 
 Every error a user can cause has its own one-line message; anything else that reaches
 the top is reported in one line too ("internal error: ..., run with --debug for the
@@ -15,6 +23,7 @@ import pytest
 
 from scratchformer import backend as B
 from scratchformer import cli
+from scratchformer.cli import main as cli_main
 from scratchformer.commands import gradcheck
 
 
@@ -107,3 +116,226 @@ def test_the_tests_still_run_with_an_unusable_backend_named(tmp_path):
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 passed" in r.stdout
+
+
+NONE = "/nonexistent/checkpoint.npz"  # never read: the command line is refused first
+
+#: (argv, fragments of the one line)
+FLAG_VALUES = [
+    # train
+    (["train", "--seed", "-1"], "argument --seed: must be a whole number >= 0, got '-1'"),
+    (["train", "--seed", "abc"], "argument --seed: must be a whole number >= 0, got 'abc'"),
+    (["train", "--seed", "1.5"], "argument --seed: must be a whole number"),
+    (["train", "--steps", "0"], "argument --steps: must be a whole number >= 1, got '0'"),
+    (["train", "--steps", "-3"], "argument --steps: must be a whole number >= 1"),
+    (["train", "--steps", "1e3"], "argument --steps: must be a whole number"),
+    (["train", "--max-tokens", "0"], "argument --max-tokens: must be a whole number >= 1"),
+    (["train", "--accum-steps", "0"], "argument --accum-steps: must be a whole number >= 1"),
+    (["train", "--time-limit", "-1"], "argument --time-limit: must be a finite number >= 0"),
+    (["train", "--time-limit", "nan"], "argument --time-limit: must be a finite number"),
+    (["train", "--time-limit", "inf"], "argument --time-limit: must be a finite number"),
+    (["train", "--log-every", "-1"], "argument --log-every: must be a whole number >= 0"),
+    (["train", "--eval-every", "-1"], "argument --eval-every: must be a whole number >= 0"),
+    (["train", "--checkpoint-every", "-2"], "argument --checkpoint-every"),
+    (["train", "--threads", "-1"], "argument --threads: must be a whole number >= 0"),
+    (["train", "--warmup", "-5"], "argument --warmup: must be a whole number >= 0"),
+    (["train", "--lr-factor", "0"], "argument --lr-factor: must be a finite number > 0"),
+    (["train", "--lr-factor", "-1"], "argument --lr-factor: must be a finite number > 0"),
+    (["train", "--lr-factor", "nan"], "argument --lr-factor: must be a finite number > 0"),
+    (["train", "--lr-factor", "inf"], "argument --lr-factor: must be a finite number > 0"),
+    (["train", "--lr-factor", "1e999"], "argument --lr-factor: must be a finite number"),
+    (["train", "--lr-factor", "fast"], "argument --lr-factor: must be a finite number"),
+    (["train", "--task", "lmm"], "invalid choice: 'lmm'", "(did you mean lm?)"),
+    (["train", "--decode", "beem"], "invalid choice: 'beem'", "(did you mean beam?)"),
+    (["train", "--stpes", "3"], "unrecognized arguments: --stpes", "(did you mean --steps?)"),
+    (["train", "--lr_factor", "2"], "unrecognized arguments", "(did you mean --lr-factor?)"),
+    (["train", "--steps"], "argument --steps: expected one argument"),
+    # translate
+    (["translate", "--checkpoint", NONE, "--beam", "0"], "argument --beam: must be a whole"),
+    (["translate", "--checkpoint", NONE, "--beam", "-1"], "argument --beam"),
+    (["translate", "--checkpoint", NONE, "--beam", "four"], "argument --beam"),
+    (
+        ["translate", "--checkpoint", NONE, "--alpha", "-1"],
+        "argument --alpha: must be a finite number >= 0",
+    ),
+    (["translate", "--checkpoint", NONE, "--alpha", "nan"], "argument --alpha"),
+    (["translate", "--checkpoint", NONE, "--alpha", "inf"], "argument --alpha"),
+    (
+        ["translate", "--checkpoint", NONE, "--nbest", "0"],
+        "argument --nbest: must be a whole number >= 1",
+    ),
+    (["translate", "--checkpoint", NONE, "--max-len-a", "-1"], "argument --max-len-a"),
+    (["translate", "--checkpoint", NONE, "--max-len-a", "nan"], "argument --max-len-a"),
+    (["translate", "--checkpoint", NONE, "--max-len-b", "inf"], "argument --max-len-b"),
+    (
+        ["translate", "--checkpoint", NONE, "--min-len", "-1"],
+        "argument --min-len: must be a whole number >= 0",
+    ),
+    (["translate", "--checkpoint", NONE, "--no-repeat-ngram", "-1"], "argument --no-repeat-ngram"),
+    (
+        ["translate", "--checkpoint", NONE, "--batch-size", "0"],
+        "argument --batch-size: must be a whole number >= 1",
+    ),
+    (
+        ["translate", "--checkpoint", NONE, "--chunk-size", "0"],
+        "argument --chunk-size: must be a whole number >= 1",
+    ),
+    (["translate", "--beam", "4"], "the following arguments are required: --checkpoint"),
+    (["translate", "--checkpoint", NONE, "--greedyy"], "(did you mean --greedy?)"),
+    # evaluate
+    (
+        ["evaluate", "--checkpoint", NONE, "--limit", "-1"],
+        "argument --limit: must be a whole number >= 0, got '-1'",
+    ),
+    (["evaluate", "--checkpoint", NONE, "--beam", "0"], "argument --beam"),
+    (["evaluate", "--checkpoint", NONE, "--batch-size", "0"], "argument --batch-size"),
+    (["evaluate", "--checkpoint", NONE, "--alpha", "inf"], "argument --alpha"),
+    (["evaluate", "--checkpoint", NONE, "--max-len-a", "inf"], "argument --max-len-a"),
+    (["evaluate", "--checkpoint", NONE, "--min-len", "-2"], "argument --min-len"),
+    (["evaluate", "--checkpoint", NONE, "--split", "valid"], "invalid choice: 'valid'"),
+    (["evaluate", "--checkpoint", NONE, "--split", "tset"], "(did you mean test?)"),
+    # generate
+    (
+        ["generate", "--checkpoint", NONE, "--temperature", "nan"],
+        "argument --temperature: must be a finite number >= 0",
+    ),
+    (["generate", "--checkpoint", NONE, "--temperature", "inf"], "argument --temperature"),
+    (["generate", "--checkpoint", NONE, "--temperature", "-1"], "argument --temperature"),
+    (
+        ["generate", "--checkpoint", NONE, "--num", "0"],
+        "argument --num: must be a whole number >= 1",
+    ),
+    (["generate", "--checkpoint", NONE, "--num", "-1"], "argument --num"),
+    (
+        ["generate", "--checkpoint", NONE, "--max-new", "0"],
+        "argument --max-new: must be a whole number >= 1",
+    ),
+    (["generate", "--checkpoint", NONE, "--max-new", "-1"], "argument --max-new"),
+    (
+        ["generate", "--checkpoint", NONE, "--top-k", "-1"],
+        "argument --top-k: must be a whole number >= 0",
+    ),
+    (
+        ["generate", "--checkpoint", NONE, "--seed", "-1"],
+        "argument --seed: must be a whole number >= 0",
+    ),
+    # average
+    (["average", "x", "--last", "zero"], "argument --last"),
+    # plot
+    (["plot", "schedule", "--d-model", "0"], "argument --d-model: must be a whole number >= 1"),
+    (["plot", "schedule", "--warmup", "0"], "argument --warmup: must be a whole number >= 1"),
+    (
+        ["plot", "schedule", "--lr-factor", "nan"],
+        "argument --lr-factor: must be a finite number > 0",
+    ),
+    (["plot", "schedule", "--lr-factor", "0"], "argument --lr-factor"),
+    (["plot", "schedule", "--steps", "1"], "argument --steps: must be a whole number >= 2"),
+    (
+        ["plot", "positional", "--positions", "0"],
+        "argument --positions: must be a whole number >= 1",
+    ),
+    (["plot", "positional", "--d-model", "1"], "argument --d-model: must be a whole number >= 2"),
+    (
+        ["plot", "attention", NONE, "abc", "--layer", "-1"],
+        "argument --layer: must be a whole number >= 0",
+    ),
+    (["plot", "attention", NONE, "abc", "--head", "x"], "argument --head"),
+    (["plot", "positions"], "invalid choice: 'positions'", "(did you mean positional?)"),
+    (
+        ["plot", "schedule", "--stpes", "9"],
+        "scratchformer plot schedule: error:",
+        "(did you mean --steps?)",
+    ),
+    # gradcheck
+    (["gradcheck", "--layers", "0"], "argument --layers: must be a whole number >= 1"),
+    (["gradcheck", "--vocab", "3"], "argument --vocab: must be a whole number >= 4"),
+    (["gradcheck", "--dropout", "1"], "argument --dropout: must be a finite number >= 0 and < 1"),
+    (["gradcheck", "--dropout", "-0.1"], "argument --dropout"),
+    (["gradcheck", "--label-smoothing", "1"], "argument --label-smoothing"),
+    (["gradcheck", "--tol", "0"], "argument --tol: must be a finite number > 0"),
+    (["gradcheck", "--tol", "nan"], "argument --tol"),
+    (["gradcheck", "--seed", "-1"], "argument --seed"),
+    (["gradcheck", "--samples", "-1"], "argument --samples: must be a whole number >= 0"),
+    (["gradcheck", "--preset", "tyni"], "(did you mean tiny?)"),
+    # data
+    (["data", "genre", "--dev", "-0.1"], "argument --dev: must be a finite number >= 0 and < 1"),
+    (["data", "genre", "--dev", "1"], "argument --dev"),
+    (["data", "genre", "--test", "nan"], "argument --test"),
+    (["data", "bibel"], "invalid choice: 'bibel'", "(did you mean bible?)"),
+    # the command itself
+    (["trian"], "invalid choice: 'trian'", "(did you mean train?)"),
+    (["--backend", "tpu", "train"], "argument --backend: invalid choice: 'tpu'"),
+    ([], "the following arguments are required: COMMAND"),
+]
+
+
+@pytest.mark.parametrize(
+    "argv, fragments",
+    [(a, f) for a, *f in FLAG_VALUES],
+    ids=[" ".join(a) or "(nothing)" for a, *_ in FLAG_VALUES],
+)
+def test_a_bad_value_is_refused_in_one_line_before_any_work(refused, argv, fragments):
+    line = refused(argv, *fragments)
+    assert line.startswith("scratchformer") and "(see --help)" in line
+
+
+# -- values at the edge of their range: accepted, and the result is right -----------------
+def _out(capsys, argv) -> list[str]:
+    assert cli_main(argv) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_beam_one_is_greedy(tiny_checkpoint, tmp_path, capsys):
+    src = tmp_path / "src.txt"
+    src.write_text("abc\nhgfedcba\n\nj\n", encoding="utf-8")
+    base = ["translate", "--checkpoint", str(tiny_checkpoint), "--input", str(src)]
+    greedy = _out(capsys, [*base, "--greedy"])
+    assert len(greedy) == 4 and greedy[2] == ""
+    assert _out(capsys, [*base, "--beam", "1", "--alpha", "0"]) == greedy
+
+
+def test_min_len_zero_and_alpha_zero_are_accepted(tiny_checkpoint, tmp_path, capsys):
+    src = tmp_path / "src.txt"
+    src.write_text("abc\nde\n", encoding="utf-8")
+    argv = ["translate", "--checkpoint", str(tiny_checkpoint), "--input", str(src)]
+    assert len(_out(capsys, [*argv, "--min-len", "0", "--alpha", "0", "--beam", "2"])) == 2
+
+
+@pytest.mark.parametrize("limit, n", [(0, 3), (1, 1), (2, 2), (3, 3), (10, 3)])
+def test_evaluate_limit_takes_exactly_the_first_n(tiny_checkpoint, pairs_dir, capsys, limit, n):
+    argv = ["evaluate", "--checkpoint", str(tiny_checkpoint), "--data-dir", str(pairs_dir)]
+    pytest.importorskip("sacrebleu")
+    out = _out(capsys, [*argv, "--greedy", "--limit", str(limit)])
+    assert out[0].startswith(f"test: {n} sentence"), out[0]
+
+
+def test_temperature_zero_is_greedy_and_top_k_one_too(lm_checkpoint, capsys):
+    argv = ["generate", "--checkpoint", str(lm_checkpoint), "--max-new", "12", "--prompt", "the"]
+    greedy = _out(capsys, [*argv, "--temperature", "0"])
+    assert greedy == _out(capsys, [*argv, "--temperature", "0", "--seed", "7"])
+    assert greedy == _out(capsys, [*argv, "--temperature", "1", "--top-k", "1", "--seed", "3"])
+
+
+@pytest.mark.parametrize("num", [1, 3])
+def test_generate_num_gives_that_many_samples(lm_checkpoint, capsys, num):
+    argv = ["generate", "--checkpoint", str(lm_checkpoint), "--max-new", "5", "--num", str(num)]
+    assert len(_out(capsys, argv)) == num
+
+
+def test_an_empty_input_translates_to_nothing(tiny_checkpoint, tmp_path, capsys):
+    src = tmp_path / "empty.txt"
+    src.write_bytes(b"")
+    assert (
+        _out(capsys, ["translate", "--checkpoint", str(tiny_checkpoint), "--input", str(src)]) == []
+    )
+
+
+def test_nbest_above_the_beam_is_one_line(tiny_checkpoint, tmp_path, refused):
+    src = tmp_path / "src.txt"
+    src.write_text("abc\n", encoding="utf-8")
+    argv = ["translate", "--checkpoint", str(tiny_checkpoint), "--input", str(src)]
+    refused([*argv, "--nbest", "5", "--beam", "4"], "nbest", "beam_size=4")
+
+
+def test_dev_and_test_shares_leaving_no_training_data(refused):
+    refused(["data", "genre", "--dev", "0.6", "--test", "0.5"], "leave no training data")
