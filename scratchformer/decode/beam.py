@@ -49,6 +49,8 @@ vocabulary, ``K`` beam size, ``R = B * K`` decoding rows.
 
 from __future__ import annotations
 
+import math
+
 from scratchformer import backend
 from scratchformer.backend import xp
 from scratchformer.decode.common import (
@@ -71,10 +73,10 @@ def _check_args(beam_size, alpha, nbest, no_repeat_ngram_size) -> None:
         raise DecodeError(f"beam_size must be an integer >= 1, got {beam_size!r}")
     if not isinstance(nbest, int) or not 1 <= nbest <= beam_size:
         raise DecodeError(f"nbest must be an integer in [1, beam_size={beam_size}], got {nbest!r}")
-    if not isinstance(alpha, (int, float)) or not alpha >= 0:
+    if not isinstance(alpha, (int, float)) or not (math.isfinite(alpha) and alpha >= 0):
         raise DecodeError(
-            f"alpha must be >= 0, got {alpha!r} (a negative alpha would favour short "
-            "outputs and break the early-stopping bound)"
+            f"alpha must be a finite number >= 0, got {alpha!r} (a negative alpha would "
+            "favour short outputs and break the early-stopping bound)"
         )
     if not isinstance(no_repeat_ngram_size, int) or no_repeat_ngram_size < 0:
         raise DecodeError(

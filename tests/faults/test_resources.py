@@ -237,3 +237,67 @@ def test_translation_memory_does_not_grow_with_the_input(tmp_path, capsys):
             f"{m200['wall']:.1f} s, first line after {m200['first']:.2f} s"
         )
     assert m200["peak"] < m20["peak"] + 30 * 2**20
+
+
+# -- requests estimated up front ------------------------------------------------------------
+@pytest.fixture
+def little_memory(monkeypatch):
+    """A machine with 50 MB available (the estimate must refuse before allocating)."""
+    from scratchformer import backend
+
+    monkeypatch.setattr(backend, "available_memory", lambda: 50_000_000)
+
+
+def _estimate_refused(refused, argv, *fragments):
+    line = refused(argv, "would need about", "of memory, and", "is available", *fragments)
+    assert "out of memory" not in line  # the estimate, not a MemoryError caught late
+
+
+def test_a_huge_beam_is_refused_with_the_estimate(stream_model, tmp_path, refused):
+    src = tmp_path / "src.txt"
+    src.write_text("abc\n", encoding="utf-8")
+    argv = ["translate", "--checkpoint", str(stream_model[0]), "--input", str(src)]
+    _estimate_refused(
+        refused, [*argv, "--beam", "100000000"], "a beam of 100000000", "lower the beam"
+    )
+
+
+def test_a_beam_that_does_not_fit_a_small_machine(stream_model, tmp_path, refused, little_memory):
+    src = tmp_path / "src.txt"
+    src.write_text("abcdefghij\n" * 40, encoding="utf-8")
+    argv = ["translate", "--checkpoint", str(stream_model[0]), "--input", str(src)]
+    _estimate_refused(refused, [*argv, "--beam", "20000"], "0.05 GB is available")
+
+
+def test_too_many_samples_are_refused_with_the_estimate(lm_checkpoint, refused):
+    argv = ["generate", "--checkpoint", str(lm_checkpoint), "--num", "1000000000"]
+    _estimate_refused(refused, argv, "1000000000 samples", "ask for fewer samples or tokens")
+
+
+@pytest.mark.parametrize(
+    "setting, fragments",
+    [
+        ("task.train_size=1000000000", ["generated strings", "lower task.train_size"]),
+        ("model.max_len=1000000000", ["a model of max_len 1000000000", "lower model.max_len"]),
+    ],
+)
+def test_a_run_that_cannot_fit_is_refused_before_it_starts(tmp_path, refused, setting, fragments):
+    run = tmp_path / "run"
+    _estimate_refused(
+        refused, ["train", *TINY_RUN, "--run-dir", str(run), "--set", setting], *fragments
+    )
+    assert not (run / "checkpoints").exists()
+
+
+def test_a_positional_plot_too_large_is_refused(refused, tmp_path):
+    argv = ["plot", "positional", "--positions", "1000000000", "-o", str(tmp_path / "p.png")]
+    _estimate_refused(refused, argv, "positions x 512 dimensions", "draw fewer --positions")
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_requests_that_fit_are_not_refused(stream_model, tmp_path, capsys):
+    src = tmp_path / "src.txt"
+    src.write_text("abc\nde\n", encoding="utf-8")
+    argv = ["translate", "--checkpoint", str(stream_model[0]), "--input", str(src)]
+    assert main([*argv, "--beam", "64"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
