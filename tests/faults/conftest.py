@@ -1,4 +1,5 @@
-"""Shared by the checkpoint fault tests: a real checkpoint to tamper with (made once)."""
+"""Shared by the fault tests: real checkpoints of tiny runs (made once per session), and
+``refused``, the check of a one-line error."""
 
 import pytest
 from task_data import TINY_RUN
@@ -58,3 +59,15 @@ def one_line_error(capsys, argv, *fragments, code=2):
 def refused(capsys):
     """``refused(argv, *fragments)``: ``one_line_error`` with this test's captured output."""
     return lambda argv, *fragments, code=2: one_line_error(capsys, argv, *fragments, code=code)
+
+
+@pytest.fixture(scope="session")
+def reverse_model(tmp_path_factory):
+    """A tiny reverse model trained a few dozen steps: ``(checkpoint, model, tokenizer)``."""
+    from scratchformer.checkpoint import load_with_tokenizer
+
+    run = tmp_path_factory.mktemp("reverse") / "run"
+    assert cli_main(["train", *TINY_RUN, "--run-dir", str(run), "--steps", "60", "--no-test"]) == 0
+    ckpt = run / "checkpoints" / "averaged.npz"
+    loaded, tok = load_with_tokenizer(ckpt)
+    return ckpt, loaded.model, tok

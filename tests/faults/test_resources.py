@@ -32,16 +32,6 @@ def reverse_lines(n: int, seed: int = 0) -> list[str]:
     return ["".join(r.choice(LETTERS) for _ in range(r.randint(1, 12))) for _ in range(n)]
 
 
-@pytest.fixture(scope="module")
-def stream_model(tmp_path_factory):
-    """A tiny reverse model, a few dozen steps: ``(checkpoint, model, tokenizer)``."""
-    run = tmp_path_factory.mktemp("stream") / "run"
-    assert main(["train", *TINY_RUN, "--run-dir", str(run), "--steps", "60", "--no-test"]) == 0
-    ckpt = run / "checkpoints" / "averaged.npz"
-    loaded, tok = load_with_tokenizer(ckpt)
-    return ckpt, loaded.model, tok
-
-
 def _cli(capsys, argv):
     capsys.readouterr()
     code = main([str(a) for a in argv])
@@ -74,9 +64,9 @@ def _same_nbest(a: str, b: str) -> None:
 @pytest.mark.parametrize("chunk", ["1", "3", "7", "default-3"])
 @pytest.mark.parametrize("mode", MODES)
 def test_chunked_translation_equals_one_chunk(
-    stream_model, tmp_path, capsys, monkeypatch, mode, chunk
+    reverse_model, tmp_path, capsys, monkeypatch, mode, chunk
 ):
-    ckpt, model, tok = stream_model
+    ckpt, model, tok = reverse_model
     src = tmp_path / "src.txt"
     src.write_text("".join(s + "\n" for s in STREAM_INPUT), encoding="utf-8")
     argv = ["translate", "--checkpoint", ckpt, "--input", src, "--batch-size", "4", *MODES[mode]]
@@ -102,9 +92,9 @@ def test_chunked_translation_equals_one_chunk(
 
 
 @pytest.mark.parametrize("chunk", ["1", "4"])
-def test_evaluate_writes_the_same_output_in_chunks(stream_model, tmp_path, capsys, chunk):
+def test_evaluate_writes_the_same_output_in_chunks(reverse_model, tmp_path, capsys, chunk):
     pytest.importorskip("sacrebleu")
-    ckpt, model, tok = stream_model
+    ckpt, model, tok = reverse_model
     sources = reverse_lines(11, seed=3)
     (tmp_path / "test.tsv").write_text("".join(f"{s}\t{s[::-1]}\n" for s in sources), "utf-8")
     argv = ["evaluate", "--checkpoint", ckpt, "--data-dir", tmp_path, "--greedy"]
@@ -117,13 +107,13 @@ def test_evaluate_writes_the_same_output_in_chunks(stream_model, tmp_path, capsy
     assert len(bleu) == 1 and bleu[0] in chunked  # corpus BLEU over all the sentences
 
 
-def test_translate_refuses_to_write_over_its_input(stream_model, tmp_path, capsys):
+def test_translate_refuses_to_write_over_its_input(reverse_model, tmp_path, capsys):
     """The output is written while the input is read: one file for both is refused."""
     src = tmp_path / "src.txt"
     src.write_text("abc\ncab\n", encoding="utf-8")
     (tmp_path / "link.txt").symlink_to(src)
     for out in (src, tmp_path / "link.txt"):
-        argv = ["translate", "--checkpoint", stream_model[0], "--input", src, "--output", out]
+        argv = ["translate", "--checkpoint", reverse_model[0], "--input", src, "--output", out]
         assert main([str(a) for a in argv]) == 2
         assert capsys.readouterr().err == (
             f"scratchformer translate: error: --output {out} is the --input file: the input "
@@ -145,10 +135,10 @@ def _line_reader(stream) -> queue.Queue:
     return lines
 
 
-def test_translation_output_comes_while_the_input_is_still_open(stream_model):
+def test_translation_output_comes_while_the_input_is_still_open(reverse_model):
     """Through a pipe, with chunks of 3 lines: each chunk's output is read back before
     the next chunk is even written, and stdin is closed only at the end."""
-    ckpt, model, tok = stream_model
+    ckpt, model, tok = reverse_model
     sources = reverse_lines(9, seed=4)
     expected = translate(model, tok, sources, greedy=True)
     cmd = [sys.executable, "-m", "scratchformer", "translate", "--checkpoint", str(ckpt)]
@@ -253,19 +243,19 @@ def _estimate_refused(refused, argv, *fragments):
     assert "out of memory" not in line  # the estimate, not a MemoryError caught late
 
 
-def test_a_huge_beam_is_refused_with_the_estimate(stream_model, tmp_path, refused):
+def test_a_huge_beam_is_refused_with_the_estimate(reverse_model, tmp_path, refused):
     src = tmp_path / "src.txt"
     src.write_text("abc\n", encoding="utf-8")
-    argv = ["translate", "--checkpoint", str(stream_model[0]), "--input", str(src)]
+    argv = ["translate", "--checkpoint", str(reverse_model[0]), "--input", str(src)]
     _estimate_refused(
         refused, [*argv, "--beam", "100000000"], "a beam of 100000000", "lower the beam"
     )
 
 
-def test_a_beam_that_does_not_fit_a_small_machine(stream_model, tmp_path, refused, little_memory):
+def test_a_beam_that_does_not_fit_a_small_machine(reverse_model, tmp_path, refused, little_memory):
     src = tmp_path / "src.txt"
     src.write_text("abcdefghij\n" * 40, encoding="utf-8")
-    argv = ["translate", "--checkpoint", str(stream_model[0]), "--input", str(src)]
+    argv = ["translate", "--checkpoint", str(reverse_model[0]), "--input", str(src)]
     _estimate_refused(refused, [*argv, "--beam", "20000"], "0.05 GB is available")
 
 
@@ -295,9 +285,9 @@ def test_a_positional_plot_too_large_is_refused(refused, tmp_path):
     assert not (tmp_path / "p.png").exists()
 
 
-def test_requests_that_fit_are_not_refused(stream_model, tmp_path, capsys):
+def test_requests_that_fit_are_not_refused(reverse_model, tmp_path, capsys):
     src = tmp_path / "src.txt"
     src.write_text("abc\nde\n", encoding="utf-8")
-    argv = ["translate", "--checkpoint", str(stream_model[0]), "--input", str(src)]
+    argv = ["translate", "--checkpoint", str(reverse_model[0]), "--input", str(src)]
     assert main([*argv, "--beam", "64"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2

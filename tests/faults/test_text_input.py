@@ -17,9 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from task_data import TINY_RUN, corpus, write_monolingual, write_translation
+from task_data import corpus, write_monolingual, write_translation
 
-from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.cli import main
 from scratchformer.data.bible_pairs import ParallelDataError, read_pairs
 from scratchformer.data.text import CorpusError, load_labelled, load_lines
@@ -30,22 +29,12 @@ BOM = b"\xef\xbb\xbf"
 NUL_HINT = "(a binary or UTF-16 file? text must be UTF-8)"
 
 
-@pytest.fixture(scope="module")
-def reverse(tmp_path_factory):
-    """A tiny reverse model trained a few dozen steps: ``(checkpoint, model, tokenizer)``."""
-    run = tmp_path_factory.mktemp("reverse") / "run"
-    assert main(["train", *TINY_RUN, "--run-dir", str(run), "--steps", "60", "--no-test"]) == 0
-    ckpt = run / "checkpoints" / "averaged.npz"
-    loaded, tok = load_with_tokenizer(ckpt)
-    return ckpt, loaded.model, tok
-
-
 class Case:
     """One test's directory, model and captured output, for the readers below."""
 
-    def __init__(self, tmp_path, reverse, capsys, monkeypatch):
+    def __init__(self, tmp_path, reverse_model, capsys, monkeypatch):
         self.tmp, self.capsys, self.monkeypatch = tmp_path, capsys, monkeypatch
-        self.ckpt, self.model, self.tok = reverse
+        self.ckpt, self.model, self.tok = reverse_model
 
     def cli(self, argv, stdin: bytes | None = None):
         """``(exit code, stdout, stderr)`` of ``scratchformer <argv>``."""
@@ -62,8 +51,8 @@ class Case:
 
 
 @pytest.fixture
-def case(tmp_path, reverse, capsys, monkeypatch):
-    return Case(tmp_path, reverse, capsys, monkeypatch)
+def case(tmp_path, reverse_model, capsys, monkeypatch):
+    return Case(tmp_path, reverse_model, capsys, monkeypatch)
 
 
 # -- the kinds of input file, as the commands read them --------------------------------------
