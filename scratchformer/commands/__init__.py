@@ -68,3 +68,23 @@ PROBABILITY = number(lo=0, below=1)
 #: the types of the flags most commands share
 COUNT = integer(lo=1)  # beams, batch sizes, steps, samples
 NONNEGATIVE = integer(lo=0)  # seeds, limits, 'every N' intervals (0 = off)
+
+
+def add_decoding_flags(p, chunk_size: int) -> None:
+    """The flags translate and evaluate share: the search, the lengths, the batches and
+    the chunks of input read, decoded and written at a time (default ``chunk_size``)."""
+    p.add_argument("--beam", type=COUNT, default=4, help="beam size K (default 4)")
+    p.add_argument("--alpha", type=number(lo=0), default=0.6, help="GNMT length penalty (0.6)")
+    p.add_argument("--greedy", action="store_true", help="greedy decoding (ignores --beam)")
+    p.add_argument("--max-len-a", type=number(lo=0), default=1.0, help="max length = a * src + b")
+    p.add_argument("--max-len-b", type=number(), default=50)
+    p.add_argument(
+        "--min-len", type=NONNEGATIVE, default=1, help="minimum output tokens (1: never empty)"
+    )
+    p.add_argument("--batch-size", type=COUNT, default=32, help="sentences per batch")
+    p.add_argument(
+        "--chunk-size",
+        type=COUNT,
+        default=None,
+        help=f"lines read, decoded and written at a time (default {chunk_size})",
+    )

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from scratchformer.bleu import corpus_scores
 from scratchformer.checkpoint import load_with_tokenizer
-from scratchformer.commands import COUNT, NONNEGATIVE, number, plural
+from scratchformer.commands import NONNEGATIVE, add_decoding_flags, plural
 from scratchformer.data.bible_pairs import read_pairs
 from scratchformer.decode import translate
 from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
@@ -46,24 +46,10 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="a checkpoint (.npz) with its tokenizer")
     p.add_argument("--split", default="test", choices=["train", "dev", "test"])
     p.add_argument("--data-dir", default=None, help="default: the checkpoint's task.data_dir")
-    p.add_argument("--beam", type=COUNT, default=4, help="beam size (default 4)")
-    p.add_argument("--alpha", type=number(lo=0), default=0.6, help="GNMT length penalty (0.6)")
-    p.add_argument("--greedy", action="store_true", help="greedy decoding instead of beam")
-    p.add_argument("--max-len-a", type=number(lo=0), default=1.0, help="max length = a * src + b")
-    p.add_argument("--max-len-b", type=number(), default=50)
-    p.add_argument(
-        "--min-len", type=NONNEGATIVE, default=1, help="minimum output tokens (1: never empty)"
-    )
-    p.add_argument("--batch-size", type=COUNT, default=32, help="sentences per batch")
+    add_decoding_flags(p, CHUNK_SIZE)
     p.add_argument("--limit", type=NONNEGATIVE, default=0, help="only the first N pairs (0 = all)")
     p.add_argument("--output", default=None, help="write the hypotheses to this file")
     p.add_argument("--json", action="store_true", help="print the scores as one JSON line")
-    p.add_argument(
-        "--chunk-size",
-        type=COUNT,
-        default=None,
-        help=f"sentences decoded and written at a time (default {CHUNK_SIZE})",
-    )
     p.set_defaults(func=run)
 
 

@@ -104,7 +104,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="start afresh in a run directory that holds an earlier run (deleting it)",
+        help="start afresh in a run directory that holds an earlier run (deleting only its "
+        "checkpoint_<step>.npz, averaged.npz, metrics.jsonl and config.json)",
     )
     p.add_argument("--no-progress", action="store_true", help="a log line per log_every steps")
     p.add_argument(

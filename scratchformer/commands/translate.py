@@ -33,7 +33,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from scratchformer.checkpoint import load_with_tokenizer
-from scratchformer.commands import COUNT, NONNEGATIVE, number, plural
+from scratchformer.commands import COUNT, NONNEGATIVE, add_decoding_flags, plural
 from scratchformer.data.text import iter_text_lines
 from scratchformer.decode import translate, translate_nbest
 from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
@@ -52,24 +52,10 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="a checkpoint_<step>.npz file")
     p.add_argument("--input", default="-", help="source sentences, one per line (- = stdin)")
     p.add_argument("--output", default="-", help="where to write (- = stdout)")
-    p.add_argument("--beam", type=COUNT, default=4, help="beam size K (default 4)")
-    p.add_argument("--alpha", type=number(lo=0), default=0.6, help="GNMT length penalty (0.6)")
+    add_decoding_flags(p, CHUNK_SIZE)
     p.add_argument("--nbest", type=COUNT, default=1, help="hypotheses per sentence (<= beam)")
-    p.add_argument("--max-len-a", type=number(lo=0), default=1.0, help="max length = a * src + b")
-    p.add_argument("--max-len-b", type=number(), default=50)
-    p.add_argument(
-        "--min-len", type=NONNEGATIVE, default=1, help="minimum output tokens (1: never empty)"
-    )
     p.add_argument("--no-repeat-ngram", type=NONNEGATIVE, default=0, help="block repeated n-grams")
-    p.add_argument("--batch-size", type=COUNT, default=32, help="sentences per batch")
-    p.add_argument("--greedy", action="store_true", help="greedy decoding (ignores --beam)")
     p.add_argument("--scores", action="store_true", help="tab-separated output with scores")
-    p.add_argument(
-        "--chunk-size",
-        type=COUNT,
-        default=None,
-        help=f"lines read, translated and written at a time (default {CHUNK_SIZE})",
-    )
     p.set_defaults(func=run)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import string
 import zlib
 from dataclasses import dataclass, field
@@ -163,7 +164,8 @@ def translation_tokenizer(data_dir, vocab_size: int, train_pairs) -> Tokenizer:
                 f"cannot read the cached BPE vocabulary {path} ({e}): delete it"
             ) from None
     tok = BPETokenizer.train([s for s, _ in train_pairs] + [t for _, t in train_pairs], vocab_size)
-    tmp = path.with_suffix(".json.tmp")
+    # a name of this process's own, so that two runs learning at once never share one
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"key": key, "tokenizer": tok.to_dict()}), encoding="utf-8")
     tmp.replace(path)
     return tok
