@@ -223,7 +223,7 @@ def truncate_metrics(path: Path, step: int) -> None:
         return
     text = path.read_text(encoding="utf-8", errors="replace")
     keep = []
-    for line in text.splitlines():
+    for line in text.split("\n"):  # records are one line each; json escapes \r
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
