@@ -46,9 +46,8 @@ class Parser(argparse.ArgumentParser):
             return f" (did you mean {close[0]}?)" if close else ""
         m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if m:
-            close = difflib.get_close_matches(
-                m.group(1), re.findall(r"'([^']*)'", m.group(2)), n=1, cutoff=0.5
-            )
+            choices = [c.strip().strip("'") for c in m.group(2).split(",")]  # quoted or not
+            close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.5)
             return f" (did you mean {close[0]}?)" if close else ""
         return ""
 
