@@ -3,6 +3,7 @@ the training loop: a Spanish -> English corpus (translate), verses one per line 
 labelled verses (classify); the string tasks make their own data."""
 
 import itertools
+import json
 
 import numpy as np
 
@@ -109,3 +110,14 @@ def run_config(task: str, root, **train) -> dict:
             **train,
         },
     }
+
+
+def write_toml(d: dict, path):
+    """``d`` (a ``run_config``) as the TOML file ``path``: the top-level keys, then each
+    section (strings, numbers and booleans read the same in JSON and TOML)."""
+    lines = [f"{k} = {json.dumps(d[k])}" for k in ("name", "run_dir", "seed")]
+    for section in ("task", "model", "optim", "train"):
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in d[section].items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

@@ -35,7 +35,7 @@ from scratchformer.errors import ConfigError
 from scratchformer.models import TransformerConfig
 from scratchformer.models.config import wrong_field_types
 from scratchformer.train.tasks import TASKS
-from scratchformer.train.tasks.base import TOKENIZER_KEYS, check_settings, need
+from scratchformer.train.tasks.base import TOKENIZER_KEYS, need
 
 try:
     import tomllib
@@ -89,7 +89,6 @@ class OptimConfig:
     clip_norm: float  # global gradient-norm clipping; 0 turns it off
 
     def check(self) -> None:
-        check_settings(self, "optim")
         need(
             self.schedule in ("noam", "constant"),
             f"optim.schedule={self.schedule!r}: expected 'noam' or 'constant'",
@@ -127,7 +126,6 @@ class LoopConfig:
     threads: int  # BLAS threads; 0 = the BLAS default
 
     def check(self) -> None:
-        check_settings(self, "train")
         for k in ("steps", "max_tokens", "accum_steps"):
             need(getattr(self, k) >= 1, f"train.{k} must be >= 1, got {getattr(self, k)}")
         for f in dataclasses.fields(self):

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from task_data import run_config
+from task_data import run_config, write_toml
 
 from scratchformer.checkpoint import META_KEY, list_checkpoints, load_checkpoint
 
@@ -55,13 +55,7 @@ def write_config(root: Path, task: str, steps: int) -> Path:
     d = run_config(task, root, steps=steps, checkpoint_every=EVERY, log_every=3, eval_every=7)
     d["run_dir"] = "run"
     d["train"].update(keep_checkpoints=4, average_last=3)
-    lines = [f"{k} = {json.dumps(d[k])}" for k in ("name", "run_dir", "seed")]
-    for section in ("task", "model", "optim", "train"):
-        lines.append(f"[{section}]")
-        lines += [f"{k} = {json.dumps(v)}" for k, v in d[section].items()]
-    path = root / f"{task}.toml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return write_toml(d, root / f"{task}.toml")
 
 
 class KilledRun:

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from task_data import TASK_NAMES, run_config
+from task_data import TASK_NAMES, run_config, write_toml
 
 from scratchformer import backend as B
 from scratchformer.checkpoint import list_checkpoints, load_checkpoint
@@ -112,18 +112,7 @@ def test_time_limit_stops_early_and_resume_finishes_the_same_run(task, tmp_path)
 
 def _write(tmp_path, task) -> str:
     """A TOML file of the task's few-step config."""
-    d = run_config(task, tmp_path)
-
-    def value(v):
-        return json.dumps(v)  # strings, numbers and booleans read the same in TOML
-
-    lines = [f"{k} = {value(d[k])}" for k in ("name", "run_dir", "seed")]
-    for section in ("task", "model", "optim", "train"):
-        lines.append(f"[{section}]")
-        lines += [f"{k} = {value(v)}" for k, v in d[section].items()]
-    path = tmp_path / f"{task}.toml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return str(path)
+    return str(write_toml(run_config(task, tmp_path), tmp_path / f"{task}.toml"))
 
 
 def test_every_task_runs_from_the_same_command_with_the_same_output(task, tmp_path, capsys):
