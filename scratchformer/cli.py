@@ -12,8 +12,9 @@ import difflib
 import importlib
 import re
 import sys
+import time
 
-from scratchformer import __version__, backend
+from scratchformer import __version__, backend, distributed
 from scratchformer.errors import ScratchformerError
 
 DEBUG_HELP = "on an error, show Python's traceback instead of the one-line message"
@@ -103,6 +104,7 @@ def _command_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentP
 def main(argv=None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for ``--ranks``' mpiexec
     if extra:
         _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
@@ -121,7 +123,20 @@ def main(argv=None) -> int:
     except Exception as e:
         if args.debug:
             raise
-        return _report(args.command, e)
+        return _end_every_rank(_report(args.command + distributed.rank_label(), e))
+
+
+def _end_every_rank(code: int) -> int:
+    """With more than one process, a failed rank ends them all: the others would wait for
+    it forever in the next all-reduce. Another rank than 0 waits a second first, so that
+    an error every rank meets (a bad setting) is told once, by rank 0."""
+    w = distributed.current()
+    if w is None or w.size == 1:
+        return code
+    if not w.main:
+        time.sleep(1.0)
+    w.abort(code)
+    return code
 
 
 def _report(command: str, e: Exception) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scratchformer import distributed
 from scratchformer.checkpoint import CheckpointError, latest_checkpoint, read_params
 from scratchformer.commands import COUNT, NONNEGATIVE, number
 from scratchformer.errors import ConfigError
@@ -83,6 +84,13 @@ def add_parser(sub) -> None:
     p.add_argument("--eval-every", type=NONNEGATIVE, help="steps between validations")
     p.add_argument("--checkpoint-every", type=NONNEGATIVE, help="steps between checkpoints")
     p.add_argument("--threads", type=NONNEGATIVE, help="BLAS threads (0 = the BLAS default)")
+    p.add_argument(
+        "--ranks",
+        type=COUNT,
+        default=1,
+        help="processes that train together, data parallel (starts mpiexec -n RANKS; "
+        "the same as running this command under mpiexec -n RANKS)",
+    )
     p.add_argument("--warmup", type=NONNEGATIVE, help="warmup steps of the schedule (optim.warmup)")
     p.add_argument("--lr-factor", type=number(above=0), help="factor of the paper's schedule")
     p.add_argument(
@@ -179,6 +187,11 @@ def resolve_config(args) -> tuple[TrainConfig, str | None]:
 
 
 def run(args) -> int:
+    started = distributed.launched_size()
+    if args.ranks > 1 and started == 1:
+        return distributed.launch(args.ranks, args.argv)
+    if args.ranks > 1 and started != args.ranks:
+        raise ConfigError(f"--ranks {args.ranks}, but the MPI launcher started {started} processes")
     cfg, resume = resolve_config(args)
     train(cfg, resume=resume, overwrite=args.overwrite, progress=not args.no_progress)
     return 0

@@ -14,11 +14,13 @@ Parameters are always updated in place (the optimizer writes ``p -= ...``,
 
 from __future__ import annotations
 
+import copy
 import math
 
 from scratchformer import backend
 from scratchformer.backend import xp
 from scratchformer.errors import StateDictError
+from scratchformer.nn.flat import FlatParameters
 
 
 class Module:
@@ -26,6 +28,7 @@ class Module:
         object.__setattr__(self, "params", {})
         object.__setattr__(self, "grads", {})
         object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "flat", None)  # FlatParameters once ``flatten`` ran
 
     def __setattr__(self, name, value):
         if isinstance(value, Module):
@@ -68,6 +71,36 @@ class Module:
             for pname, g in m.grads.items()
         }
 
+    def flatten(self) -> FlatParameters:
+        """Move every parameter and gradient into two flat buffers (``nn/flat.py``) and
+        point this module and its sub-modules at views of them; values are kept. Returns
+        the ``FlatParameters``; a second call returns the same one.
+
+        Training flattens its model, so that the passes over every parameter (zeroing,
+        the gradient norm, Adam, the all-reduce) are passes over one array.
+        """
+        if self.flat is None:
+            flat = FlatParameters(self.parameters(), self.gradients())
+            for mname, m in self.named_modules():
+                object.__setattr__(m, "flat", None)  # a sub-module's own buffers are left
+                for pname in m.params:
+                    name = f"{mname}.{pname}" if mname else pname
+                    m.params[pname] = flat.view(flat.params, name)
+                    m.grads[pname] = flat.view(flat.grads, name)
+            object.__setattr__(self, "flat", flat)
+        return self.flat
+
+    def __deepcopy__(self, memo):
+        """A copy whose arrays are its own; a flattened module's copy is flattened again
+        (copying views one by one would cut them off the copied flat buffers)."""
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        for k, v in vars(self).items():
+            object.__setattr__(new, k, None if k == "flat" else copy.deepcopy(v, memo))
+        if self.flat is not None:
+            new.flatten()
+        return new
+
     def num_parameters(self) -> int:
         return sum(int(p.size) for p in self.parameters().values())
 
@@ -77,8 +110,11 @@ class Module:
         changed, but its arrays are replaced by new ones: references held elsewhere (an
         optimizer's) no longer follow it, so build optimizers afterwards.
 
-        Used to run a float32 model's gradient check in float64 (on a deep copy).
+        Used to run a float32 model's gradient check in float64 (on a deep copy). A
+        flattened module is flattened again in the new dtype.
         """
+        was_flat = self.flat is not None
+        object.__setattr__(self, "flat", None)
         for _, m in self.named_modules():
             for store in (m.params, m.grads):
                 for k, v in store.items():
@@ -86,10 +122,16 @@ class Module:
             for k, v in vars(m).items():
                 if backend.is_array(v) and v.dtype.kind == "f":
                     object.__setattr__(m, k, v.astype(dtype))
+        if was_flat:
+            self.flatten()
         return self
 
     def zero_grad(self) -> None:
-        """Set every gradient to zero (backward only ever adds)."""
+        """Set every gradient to zero (backward only ever adds): one pass over the flat
+        gradient when the module is flattened."""
+        if self.flat is not None:
+            self.flat.grads.fill(0)
+            return
         for g in self.gradients().values():
             g.fill(0)
 

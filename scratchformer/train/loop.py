@@ -45,7 +45,7 @@ from pathlib import Path
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from scratchformer import backend
+from scratchformer import backend, distributed
 from scratchformer.checkpoint import (
     CheckpointError,
     average_checkpoints,
@@ -62,7 +62,7 @@ from scratchformer.progress import Ticker, clock, progress_bar
 from scratchformer.train import report
 from scratchformer.train.config import TrainConfig
 from scratchformer.train.report import TrainResult
-from scratchformer.train.resume import check_resumable
+from scratchformer.train.resume import check_ranks, check_resumable
 from scratchformer.train.rundir import (
     RunLock,
     append_record,
@@ -82,6 +82,10 @@ from scratchformer.train.step import (
 from scratchformer.train.tasks import TASKS
 
 
+def _quiet(*args) -> None:
+    """The ``echo`` of ranks other than 0."""
+
+
 def say(*args) -> None:
     """The default ``echo``: print at once, so that a log file follows the run."""
     print(*args, flush=True)
@@ -95,22 +99,30 @@ class Trainer:
     ``overwrite`` lets a fresh run replace the files of an earlier one in its directory.
     """
 
-    def __init__(self, cfg: TrainConfig, *, resume=None, overwrite=False, progress=True, echo=say):
-        self.cfg, self.echo, self.progress = cfg, echo, progress
+    def __init__(
+        self, cfg: TrainConfig, *, resume=None, overwrite=False, progress=True, echo=say, world=None
+    ):
+        # ``world``: the processes that train together (``distributed.py``); rank 0 alone
+        # writes and speaks, the others compute their share of every batch
+        self.world = w = world or distributed.world()
+        self.cfg, self.echo, self.progress = cfg, (echo if w.main else _quiet), progress and w.main
         for note in cfg.notes:
-            echo(note)
+            self.echo(note)
         self.run_dir = cfg.out_dir
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.metrics_path = self.run_dir / "metrics.jsonl"
 
-        self.task = TASKS[cfg.task.name](cfg.task)
+        self.task = TASKS[cfg.task.name](cfg.task) if w.main else None
+        w.broadcast(None)  # the other ranks build the task after rank 0, from its caches
+        self.task = self.task or TASKS[cfg.task.name](cfg.task)
         self.model_config = self.task.configure(cfg.model, cfg.seed)
         self.model = self.task.build_model(self.model_config)
         t, o = cfg.train, cfg.optim
         self.sampler = TokenBatchSampler(
             self.task.widths("train"), t.max_tokens, cfg.seed, t.max_sentences or None
         )
-        self.optimizer = Adam(self.model.parameters(), o.beta1, o.beta2, o.eps, o.weight_decay)
+        self.flat = self.model.flatten()  # every parameter in one array, every gradient too
+        self.optimizer = Adam(self.flat, o.beta1, o.beta2, o.eps, o.weight_decay)
         self.schedule = make_schedule(
             o.schedule,
             d_model=self.model_config.d_model,
@@ -127,17 +139,20 @@ class Trainer:
         self.aside_seconds = 0.0  # this process's validations and checkpoints
         self.last_checkpoint: Path | None = None
         self.window = Window()  # the sums of the next "train" record (saved for resume)
-        # locked before anything in the directory changes; released when ``run`` ends
-        self.lock = RunLock(self.run_dir).acquire(echo)
-        try:  # refused: the directory is let go at once (the exception may be kept)
-            if resume:
-                self._resume(resume, overwrite)
-            else:
-                clear_for_fresh_run(self.run_dir, overwrite)
-            remove_temporaries(self.run_dir, echo)
-        except BaseException:
-            self.lock.release()
-            raise
+        self.lock = None
+        if w.main:
+            # locked before anything in the directory changes; released when ``run`` ends
+            self.lock = RunLock(self.run_dir).acquire(echo)
+            try:  # refused: the directory is let go at once (the exception may be kept)
+                if resume:
+                    self._resume(resume, overwrite)
+                else:
+                    clear_for_fresh_run(self.run_dir, overwrite)
+                remove_temporaries(self.run_dir, echo)
+            except BaseException:
+                self.lock.release()
+                raise
+        self._share_state()
 
     # -- the run directory ------------------------------------------------------------------
     def _resume(self, resume, overwrite: bool) -> None:
@@ -157,9 +172,25 @@ class Trainer:
         self.seconds_before = ts.get("seconds", 0.0)
         self.window = Window(ts.get("window"))
         self.last_checkpoint = path
+        check_ranks(ts, path, self.world)
         drop_later_checkpoints(self.ckpt_dir, self.step, overwrite)
         prune_checkpoints(self.ckpt_dir, self.cfg.train)
         truncate_metrics(self.metrics_path, self.step)
+
+    def _share_state(self) -> None:
+        """Every rank starts from rank 0's parameters, moments and position (a resumed
+        run's are read by rank 0 alone; a fresh run's are equal already)."""
+        w = self.world
+        if w.size == 1:
+            return
+        keys = ("step", "epoch", "batch_index", "tokens_seen", "seconds_before", "last_checkpoint")
+        mine = {k: getattr(self, k) for k in keys}
+        state = w.broadcast({**mine, "t": self.optimizer.t, "window": self.window.state()})
+        for k in keys:
+            setattr(self, k, state[k])
+        self.optimizer.t, self.window = state["t"], Window(state["window"])
+        for a in (self.flat.params, self.optimizer.m, self.optimizer.v):
+            w.broadcast_(a)
 
     # -- state -------------------------------------------------------------------------------
     def train_state(self) -> dict:
@@ -172,16 +203,22 @@ class Trainer:
             "seconds": self.seconds_before + time.perf_counter() - self.t_start,
             "window": self.window.state(),
             "data": self.task.fingerprint(),
+            "ranks": self.world.size,
         }
 
     def meta(self) -> dict:
         return {**self.task.meta(), "train_config": self.cfg.to_dict()}
 
     def save(self) -> Path:
-        """Checkpoint the run; never of a non-finite state (see ``nonfinite_state``)."""
-        bad = nonfinite_state(self.model, self.optimizer)
+        """Checkpoint the run (rank 0 writes); never of a non-finite state (see
+        ``nonfinite_state``) nor of ranks whose parameters differ."""
+        bad = nonfinite_state(self.optimizer)
         if bad:
             self._diverged(self.step, bad)
+        self.world.check_equal(self.flat.params, "parameters")
+        if not self.world.main:
+            self.last_checkpoint = self.ckpt_dir / checkpoint_name(self.step)
+            return self.last_checkpoint
         path = save_checkpoint(
             self.ckpt_dir / checkpoint_name(self.step),
             self.model,
@@ -195,7 +232,8 @@ class Trainer:
         return path
 
     def log(self, record: dict) -> None:
-        append_record(self.metrics_path, record)
+        if self.world.main:
+            append_record(self.metrics_path, record)
 
     # -- one step ----------------------------------------------------------------------------
     def next_batch(self):
@@ -204,28 +242,27 @@ class Trainer:
         if self.batch_index >= len(batches):
             self.epoch, self.batch_index = self.epoch + 1, 0
             batches = self.sampler.epoch(self.epoch)
-        idx = batches[self.batch_index]
+        idx = distributed.share(batches[self.batch_index], self.world)
         self.batch_index += 1
-        return self.task.batch("train", idx)
+        return self.task.batch("train", idx) if len(idx) else None  # None: an empty share
 
     def train_step(self) -> dict:
         """One optimizer step over ``accum_steps`` micro-batches (see the module doc)."""
         cfg = self.cfg
         s = self.step + 1
         batches = [self.next_batch() for _ in range(cfg.train.accum_steps)]
-        rngs = [backend.rng(dropout_seed(cfg.seed, s, i)) for i in range(len(batches))]
-        loss, nll, _ = accumulate_gradients(self.model, batches, rngs)
+        r = self.world.rank
+        rngs = [backend.rng(dropout_seed(cfg.seed, s, i, r)) for i in range(len(batches))]
+        loss, nll, _, tokens = accumulate_gradients(self.model, batches, rngs, self.world)
         if not math.isfinite(loss):
             self._diverged(s, f"the training loss is {loss}")
-        grads = self.model.gradients()
-        grad_norm = clip_grad_norm(grads, cfg.optim.clip_norm)
+        grad_norm = clip_grad_norm(self.flat.grads, cfg.optim.clip_norm)
         if not math.isfinite(grad_norm):
             self._diverged(s, f"the gradient norm is {grad_norm}")
         lr = self.schedule(s)
         with backend.np.errstate(over="ignore", invalid="ignore"):  # reported by save/loss
-            self.optimizer.step(grads, lr)
+            self.optimizer.step(lr)
         self.step = s
-        tokens = sum(b.n_tokens for b in batches)
         self.tokens_seen += tokens
         return {
             "step": s,
@@ -256,12 +293,14 @@ class Trainer:
             with limits:
                 return self._run(final_eval)
         finally:
-            self.lock.release()
+            if self.lock:
+                self.lock.release()
 
     def _run(self, final_eval: bool) -> TrainResult:
         cfg = self.cfg
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_config(self.run_dir, cfg.to_dict())
+        if self.world.main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            write_config(self.run_dir, cfg.to_dict())
         if self.step == 0:
             for line in self.task.notes():
                 self.echo(line)
@@ -276,7 +315,7 @@ class Trainer:
         if self.last_checkpoint is None:
             self.save()
         test, examples, averaged = None, [], None
-        if final_eval:
+        if final_eval and self.world.main:
             test, examples, averaged = self.final_evaluation()
         elapsed = time.perf_counter() - t_start
         # tokens/s of the steps alone: validation and saving are left out
@@ -332,6 +371,8 @@ class Trainer:
                 )
                 if t.time_limit and time.perf_counter() - t_start >= t.time_limit:
                     stopped = f"time limit of {t.time_limit:g} s reached after step {s}"
+                if t.time_limit:
+                    stopped = self.world.broadcast(stopped)  # rank 0's clock decides
                 last = s == t.steps or bool(stopped)
                 if (t.log_every and s % t.log_every == 0) or last:
                     r = window.record(s, self.epoch, rec, self.tokens_seen)
@@ -342,7 +383,7 @@ class Trainer:
                         self._line(bar, report.train_line(r, t.steps))
                     self.window = window = Window()
                 t_aside = time.perf_counter()
-                if (t.eval_every and s % t.eval_every == 0) or last:
+                if ((t.eval_every and s % t.eval_every == 0) or last) and self.world.main:
                     m = self._staged(
                         "validation",
                         min(self.task.sizes()["valid"], t.eval_limit or self.task.sizes()["valid"]),

@@ -111,4 +111,18 @@ def check_resumable(ck, path, cfg, task, model_config) -> None:
         )
 
 
-__all__ = ["RESUMABLE", "check_resumable", "resume_changes"]
+__all__ = ["RESUMABLE", "check_ranks", "check_resumable", "resume_changes"]
+
+
+def check_ranks(train_state: dict, path, world) -> None:
+    """Refuse to continue a run with another number of processes than it had: each
+    rank's dropout masks are its own, so the steps would not be the ones it would have
+    taken. (Checkpoints from before data parallelism were written by one process.)"""
+    ranks = train_state.get("ranks", 1)
+    if ranks != world.size:
+        how = "one process" if ranks == 1 else f"mpiexec -n {ranks}"
+        raise ConfigError(
+            f"{path} was written by a run of {ranks} process{'es' if ranks != 1 else ''} and "
+            f"this one has {world.size}: resume it with the same number ({how}), as each "
+            "process draws its own dropout masks"
+        )

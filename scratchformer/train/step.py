@@ -11,37 +11,45 @@ from scratchformer import backend
 from scratchformer.errors import ScratchformerError
 
 
-def nonfinite_state(model, optimizer) -> str:
+def nonfinite_state(optimizer) -> str:
     """'' when the parameters and both Adam moments are finite, else what is not (a step
     can leave them infinite while its own loss was still finite: no checkpoint of that)."""
+    flat = optimizer.flat
     stores = {
-        "parameter": model.parameters(),
-        "Adam first moment": optimizer.m,
-        "Adam second moment": optimizer.v,
+        "parameter": flat.params,
+        "Adam first moment of": optimizer.m,
+        "Adam second moment of": optimizer.v,
     }
-    for what, arrays in stores.items():
-        bad = [k for k, a in arrays.items() if not bool(backend.xp.isfinite(a).all())]
+    for what, array in stores.items():
+        bad = flat.first_nonfinite(array)
         if bad:
-            return f"{len(bad)} {what} arrays ({bad[0]}, ...)"
+            return f"the {what} {bad} (and maybe others)"
     return ""
 
 
-def accumulate_gradients(model, batches, rngs=None) -> tuple[float, float, int]:
+def accumulate_gradients(model, batches, rngs=None, world=None) -> tuple[float, float, int, int]:
     """Zero the gradients, then leave in them the gradient of the mean loss over the union
-    of ``batches`` (``TaskBatch``es; their targets together), as one batch would.
+    of ``batches`` (``TaskBatch``es; their targets together), as one batch would, and
+    over the batches of every rank of ``world`` (a ``distributed.World``; None: this
+    process alone).
 
     Micro-batch i has mean loss ``L_i`` over ``n_i`` targets. Back-propagating ``n_i * L_i``
-    adds ``n_i * dL_i``; dividing the sum by ``n = sum_i n_i`` gives
-    ``d(sum_i n_i L_i / n)``, the gradient of the union's mean loss. (Averaging the
-    micro-batch means instead would over-weight the short micro-batches.)
+    adds ``n_i * dL_i``; summing over the micro-batches and the ranks (one all-reduce of
+    the flat gradient) and dividing by ``n = sum_i n_i`` gives ``d(sum_i n_i L_i / n)``,
+    the gradient of the union's mean loss. (Averaging the micro-batch means instead would
+    over-weight the short micro-batches.) A batch may be None: this rank's share of it
+    is empty, and it adds nothing.
 
     ``rngs``: one dropout generator per micro-batch, or None (dropout off).
-    Returns ``(mean loss, mean NLL per target, n)``.
+    Returns ``(mean loss, mean NLL per target, n, tokens)`` of the union.
     """
-    model.zero_grad()
+    flat = model.flatten()
+    flat.grads.fill(0)
     loss_sum = nll_sum = 0.0
-    n_total = 0
+    n_total = tokens = 0
     for i, b in enumerate(batches):
+        if b is None:
+            continue
         rng = rngs[i] if rngs is not None else None
         arrays = [backend.asarray(a) for a in (*b.inputs, b.targets)]
         loss, cache = model.loss_forward(*arrays, rng=rng)
@@ -50,16 +58,22 @@ def accumulate_gradients(model, batches, rngs=None) -> tuple[float, float, int]:
         loss_sum += float(loss) * n
         nll_sum += cache.loss.nll_sum
         n_total += n
+        tokens += b.n_tokens
+    if world is not None:
+        world.sum_(flat.grads)
+        loss_sum, nll_sum, n_total, tokens = world.sum_floats([loss_sum, nll_sum, n_total, tokens])
+        n_total, tokens = int(n_total), int(tokens)
     if n_total == 0:
         raise ScratchformerError("the micro-batches hold no targets")
-    for g in model.gradients().values():
-        g *= 1.0 / n_total
-    return loss_sum / n_total, nll_sum / n_total, n_total
+    flat.grads *= 1.0 / n_total
+    return loss_sum / n_total, nll_sum / n_total, n_total, tokens
 
 
-def dropout_seed(seed: int, step: int, micro: int) -> int:
-    """A 63-bit seed for the dropout generator of micro-batch ``micro`` of step ``step``."""
-    ss = backend.np.random.SeedSequence([seed, step, micro])
+def dropout_seed(seed: int, step: int, micro: int, rank: int = 0) -> int:
+    """A 63-bit seed for the dropout generator of micro-batch ``micro`` of step ``step``
+    on rank ``rank`` (each rank's share has masks of its own)."""
+    words = [seed, step, micro] + ([rank] if rank else [])
+    ss = backend.np.random.SeedSequence(words)
     return int(ss.generate_state(1, dtype=backend.np.uint64)[0] >> 1)
 
 

@@ -37,10 +37,10 @@ def test_accumulation_takes_the_step_of_one_batch_of_the_union(task, tmp_path, f
     tr = Trainer(TrainConfig.from_dict(d), progress=False, echo=quiet)
     b1, b2 = tr.sampler.epoch(0)[:2]
     micro = [tr.task.batch("train", b1), tr.task.batch("train", b2)]
-    loss_k, _, n_k = accumulate_gradients(tr.model, micro)
+    loss_k, _, n_k, _ = accumulate_gradients(tr.model, micro)
     grads_k = {k: B.asnumpy(g).copy() for k, g in tr.model.gradients().items()}
     union = tr.task.batch("train", np.concatenate([b1, b2]))
-    loss_1, _, n_1 = accumulate_gradients(tr.model, [union])
+    loss_1, _, n_1, _ = accumulate_gradients(tr.model, [union])
     assert n_k == n_1 and loss_k == pytest.approx(loss_1, rel=1e-12)
     for k, g in tr.model.gradients().items():
         np.testing.assert_allclose(grads_k[k], B.asnumpy(g), rtol=1e-9, atol=1e-12, err_msg=k)

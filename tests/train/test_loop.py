@@ -50,10 +50,10 @@ def test_accumulation_equals_one_batch_of_the_union(backend, f64):
         for _ in range(11)
     ]
     micro = [pair_batch(pairs, idx) for idx in ([0, 1, 2], [3], range(4, 11))]  # unequal
-    loss_k, _, n_k = accumulate_gradients(model, micro)
+    loss_k, _, n_k, _ = accumulate_gradients(model, micro)
     grads_k = {k: B.asnumpy(g).copy() for k, g in model.gradients().items()}
 
-    loss_1, _, n_1 = accumulate_gradients(model, [pair_batch(pairs, range(11))])
+    loss_1, _, n_1, _ = accumulate_gradients(model, [pair_batch(pairs, range(11))])
     assert n_k == n_1 == sum(len(y) + 1 for _, y in pairs)
     assert loss_k == pytest.approx(loss_1, rel=1e-12)
     for k, g in model.gradients().items():
