@@ -109,19 +109,18 @@ def main(argv=None):
         emb.backward(x, c)
 
     rows["embedding lookup + gradient"] = emb_bwd
-    opt = Adam(model.parameters())
-    grads = model.gradients()
-    for k in grads:
-        grads[k][...] = r.standard_normal(grads[k].shape)
+    flat = model.flatten()
+    opt = Adam(flat)
+    flat.grads[...] = r.standard_normal(flat.size)
 
-    rows["Adam step (7.6M parameters)"] = lambda: opt.step(grads, 1e-4)
+    rows["Adam step (7.6M parameters, flat)"] = lambda: opt.step(1e-4)
     src = r.integers(4, V, (B, T))
 
     def whole():
         model.zero_grad()
         _, c = model.loss_forward(src, ids, ids, rng=backend.rng(1))
         model.loss_backward(c)
-        opt.step(model.gradients(), 1e-4)
+        opt.step(1e-4)
 
     rows["whole training step"] = whole
     threads = os.environ["OPENBLAS_NUM_THREADS"]

@@ -21,11 +21,16 @@ def linear_forward(x, W, b=None):
     """``out = x @ W + b``.
 
     x (..., D_in), W (D_in, D_out), b (D_out,) or None  ->  out (..., D_out).
+
+    The leading dims are folded into one before the product: ``(N, D_in) @ (D_in, D_out)``
+    is one matrix product, where NumPy's ``(B, T, D_in) @ (D_in, D_out)`` would be B small
+    ones (about twice as slow at T = 32).
     """
-    out = x @ W
+    d_in, d_out = W.shape
+    out = x.reshape(-1, d_in) @ W  # (N, D_out)
     if b is not None:
         out += b
-    return out, LinearCache(x, W, b is not None)
+    return out.reshape(*x.shape[:-1], d_out), LinearCache(x, W, b is not None)
 
 
 def linear_backward(dout, cache: LinearCache):
@@ -35,9 +40,9 @@ def linear_backward(dout, cache: LinearCache):
     """
     x, W, has_bias = cache
     d_in, d_out = W.shape
-    dx = dout @ W.T  # (..., D_in)
     x2 = x.reshape(-1, d_in)  # (N, D_in)
-    dout2 = dout.reshape(-1, d_out)  # (N, D_out)
+    dout2 = dout.reshape(-1, d_out)  # (N, D_out): one product each, as in the forward
+    dx = (dout2 @ W.T).reshape(x.shape)  # (..., D_in)
     dW = x2.T @ dout2  # (D_in, D_out)
     # column sums as a product with ones: NumPy's axis-0 reduction is several times slower
     db = xp.ones(dout2.shape[0], dtype=dout2.dtype) @ dout2 if has_bias else None
