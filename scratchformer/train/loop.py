@@ -48,7 +48,6 @@ from tqdm.auto import tqdm
 from scratchformer import backend, distributed
 from scratchformer.checkpoint import (
     CheckpointError,
-    average_checkpoints,
     checkpoint_name,
     latest_checkpoint,
     list_checkpoints,
@@ -58,8 +57,8 @@ from scratchformer.checkpoint import (
 from scratchformer.data.batching import TokenBatchSampler
 from scratchformer.errors import TrainingDiverged
 from scratchformer.optim import Adam, clip_grad_norm, make_schedule
-from scratchformer.progress import Ticker, clock, progress_bar
-from scratchformer.train import report
+from scratchformer.progress import clock
+from scratchformer.train import final, report
 from scratchformer.train.config import TrainConfig
 from scratchformer.train.report import TrainResult
 from scratchformer.train.resume import check_ranks, check_resumable
@@ -316,7 +315,7 @@ class Trainer:
             self.save()
         test, examples, averaged = None, [], None
         if final_eval and self.world.main:
-            test, examples, averaged = self.final_evaluation()
+            test, examples, averaged = final.final_evaluation(self)
         elapsed = time.perf_counter() - t_start
         # tokens/s of the steps alone: validation and saving are left out
         speed = self.tokens_seen_here / max(train_seconds - self.aside_seconds, 1e-9)
@@ -384,7 +383,8 @@ class Trainer:
                     self.window = window = Window()
                 t_aside = time.perf_counter()
                 if ((t.eval_every and s % t.eval_every == 0) or last) and self.world.main:
-                    m = self._staged(
+                    m = final.staged(
+                        self,
                         "validation",
                         min(self.task.sizes()["valid"], t.eval_limit or self.task.sizes()["valid"]),
                         lambda tick: self.task.evaluate(
@@ -412,77 +412,6 @@ class Trainer:
             bar.write(line)
         else:
             self.echo(line)
-
-    # -- the end -----------------------------------------------------------------------------
-    def average_model(self):
-        """The paper's checkpoint averaging: the mean of the last ``average_last``
-        checkpoints (or of all there are, if fewer), saved as averaged.npz, the run's final
-        model. Returns ``(model, steps, path)``; the model is None when it is the last
-        checkpoint alone (nothing to compare), and everything None with averaging off."""
-        n = self.cfg.train.average_last
-        found = list_checkpoints(self.ckpt_dir) if self.ckpt_dir.is_dir() else []
-        if n < 1 or not found:
-            return None, [], None
-        paths = [p for _, p in found[-n:]]
-        model = self.task.build_model(self.model_config)
-        model.load_state_dict(average_checkpoints(paths))
-        meta = {**self.meta(), "averaged_from": [p.name for p in paths]}
-        out = save_checkpoint(self.ckpt_dir / "averaged.npz", model, step=self.step, meta=meta)
-        return (model if len(paths) > 1 else None), [s for s, _ in found[-n:]], out
-
-    def final_evaluation(self):
-        """Judge the test set with the last checkpoint and (with ``average_last``) the
-        average of the last checkpoints; print the final model's examples.
-
-        Returns ``(metrics of the final model, its examples, averaged.npz or None)``; the
-        final model is the averaged one when averaging is on. With ``train.test`` off only
-        the average is made.
-        """
-        t = self.cfg.train
-        avg_model, avg_steps, averaged = self.average_model()
-        if not t.test:
-            self.echo("\ntest set: not judged (train.test = false)")
-            return None, [], averaged
-        self.echo(f"\ntest set: {self.task.sizes()['test']} examples never seen in training")
-        m_last, examples = self._test(self.model, "last checkpoint")
-        m = m_last
-        rows = [(f"last checkpoint (step {self.step})", m_last)]
-        self.log({"kind": "test", "step": self.step, "model": "last", **m_last})
-        if avg_model is not None:
-            m, examples = self._test(avg_model, "averaged model")
-            self.log({"kind": "test", "step": self.step, "model": "averaged", **m})
-            steps = ", ".join(map(str, avg_steps))
-            rows.append((f"average of the last {len(avg_steps)} checkpoints ({steps})", m))
-        for ex in examples:
-            self.echo(self.task.format_example(ex))
-        for label, mm in rows:
-            self.echo(f"  {label}: {report.metrics_text(mm, self.task.shown_test)}")
-        if "bleu_signature" in m:
-            self.echo(f"  sacreBLEU signature: {m['bleu_signature']}")
-        if "bleu_missing" in m:
-            self.echo(f"  (no BLEU: {m['bleu_missing']})")
-        return m, examples, averaged
-
-    def _test(self, model, which: str):
-        """``task.test`` of ``model``, shown as it advances."""
-        t = self.cfg.train
-        return self._staged(
-            f"test set, {which}",
-            self.task.sizes()["test"],
-            lambda tick: self.task.test(model, t.max_tokens, t.examples, self.cfg.seed, tick),
-        )
-
-    def _staged(self, what: str, total: int, stage):
-        """``stage(tick)`` with its progress shown (``tick(n)``: n more examples done): a
-        progress bar, or without one a line every 10 s, so no stage is a silent stretch."""
-        if self.progress:
-            counter = progress_bar(total, what, "example")
-        else:
-            counter = Ticker(total, what, self.echo)
-        try:
-            return stage(counter.update)
-        finally:
-            counter.close()
 
 
 def train(
