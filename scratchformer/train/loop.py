@@ -303,7 +303,9 @@ class Trainer:
         if self.step == 0:
             for line in self.task.notes():
                 self.echo(line)
-            lines = report.header(cfg, self.task, self.model, len(self.sampler), self.run_dir)
+            lines = report.header(
+                cfg, self.task, self.model, len(self.sampler), self.run_dir, self.world.size
+            )
             for line in lines:
                 self.echo(line)
         else:

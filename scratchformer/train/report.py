@@ -2,7 +2,8 @@
 
     training <name>: task <task>, <n> train / <n> valid / <n> test examples, vocabulary V
     model: <class>, <n> parameters (N=.., d_model=.., h=.., <attention> attention)
-    plan: <steps> steps of <= <max_tokens> tokens x <accum>, <batches> batches/epoch -> <dir>
+    plan: <steps> steps of <= <max_tokens> tokens x <accum>[, shared by <R> processes],
+          <batches> batches/epoch -> <dir>
     step   50/3000 | loss 2.3456 | ppl 10.44 | lr 1.23e-04 | grad norm 0.812 | 4,321 tok/s | 0:00:12
     step  500/3000 | valid | loss 0.4321 | ppl 1.54 | token acc 95.12% | seq acc 71.00%
     ...
@@ -97,13 +98,20 @@ def valid_line(step: int, steps: int, m: dict, keys) -> str:
     return f"{step_prefix(step, steps)} | valid | {metrics_text(m, keys)}"
 
 
-def header(cfg, task, model, batches_per_epoch: int, run_dir) -> list[str]:
+def header(cfg, task, model, batches_per_epoch: int, run_dir, ranks: int = 1) -> list[str]:
     sizes = task.sizes()
     mc = model.config
     t = cfg.train
     attn = mc.attention
     accum = f" x {t.accum_steps} micro-batches" if t.accum_steps > 1 else ""
     limit = f", at most {t.time_limit:g} s" if t.time_limit else ""
+    if ranks > 1:
+        each = (
+            f"{t.threads} BLAS thread{'s' if t.threads > 1 else ''}"
+            if t.threads
+            else "BLAS's threads"
+        )
+        limit += f", shared by {ranks} processes ({each} each)"
     return [
         f"training {cfg.name}: task {task.name}, {sizes['train']} train / {sizes['valid']} "
         f"valid / {sizes['test']} test examples, vocabulary {mc.vocab_size}",
