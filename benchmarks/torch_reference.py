@@ -17,6 +17,12 @@ PyTorch fuses the self-attention Q/K/V projection into one ``in_proj`` GEMM and 
 fused ``scaled_dot_product_attention`` kernel. Adam: ``torch.optim.Adam`` with the
 paper's betas/eps and PyTorch's defaults otherwise (what an eager user runs).
 
+``make_ddp_step`` runs the same step data-parallel: the model in
+``DistributedDataParallel`` (the process group already set up, gloo on the CPU) with
+PyTorch's defaults except ``broadcast_buffers=False`` (the one buffer is the constant
+sinusoid table, which nobody needs to send every step). DDP averages the gradients over
+the ranks during backward; with equal shares that is the gradient of the batch's mean.
+
 One difference, on purpose and cost-neutral: PyTorch's ``label_smoothing`` spreads eps
 over all V classes (eps/V), ours over the V-1 others (fairseq's eps/(V-1)).
 """
@@ -125,6 +131,36 @@ def make_step(model, opt, src, tgt_in, tgt_out, eps_ls):
     def step() -> float:
         opt.zero_grad()
         loss = model.loss(src, tgt_in, tgt_out, eps_ls)
+        loss.backward()
+        opt.step()
+        return float(loss)
+
+    return step
+
+
+class WithLoss(nn.Module):
+    """``model.loss`` as a forward, so that DDP's hooks run around it (DDP reduces the
+    gradients of what its own ``__call__`` computed)."""
+
+    def __init__(self, model: TorchTransformer, eps_ls: float):
+        super().__init__()
+        self.model, self.eps_ls = model, eps_ls
+
+    def forward(self, src, tgt_in, tgt_out):
+        return self.model.loss(src, tgt_in, tgt_out, self.eps_ls)
+
+
+def make_ddp_step(model, opt, src, tgt_in, tgt_out, eps_ls):
+    """``make_step`` under ``DistributedDataParallel``: this rank's share of the batch,
+    gradients averaged over the ranks of the (already initialised) process group."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(WithLoss(model, eps_ls), broadcast_buffers=False)
+    src, tgt_in, tgt_out = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out))
+
+    def step() -> float:
+        opt.zero_grad()
+        loss = ddp(src, tgt_in, tgt_out)
         loss.backward()
         opt.step()
         return float(loss)

@@ -5,6 +5,8 @@
     python benchmarks/train_speed.py --no-torch               # only our figures
     python benchmarks/train_speed.py --no-memory              # skip the peak-memory runs
     python benchmarks/train_speed.py --blas-coretype SkylakeX # OpenBLAS's AVX-512 kernels
+    python benchmarks/train_speed.py --configs d256 --threads 2   # + the scale-out rows
+    python benchmarks/train_speed.py --no-scale-out           # only the single-process rows
 
 One training step = zero the gradients, forward, backward, Adam (no clipping), on a batch
 of ``--batch`` sentences x ``--length`` tokens (source and target), float32, dropout 0.1,
@@ -25,6 +27,26 @@ Peak memory of a step: in a fresh process per framework, two warm-up steps (torc
 allocates its Adam moments lazily), ``malloc_trim``, reset the peak RSS
 (``/proc/self/clear_refs``), one step, then peak RSS minus the RSS before it. The same
 method for both; for ours also tracemalloc's peak of NumPy allocations during the step.
+
+Scale-out rows (``--scale-out``; on by default when ``--threads`` includes ``--ranks``,
+2 by default; ``--no-scale-out`` turns them off), per config, at ``--ranks`` cores:
+
+    (a) ours, ``mpiexec -n 2``, 1 BLAS thread per rank: each rank takes the sentences
+        ``rank, rank + 2, ...`` of the same batch (``distributed.share``) and runs what
+        the trainer's step runs: ``accumulate_gradients`` (forward, backward, one
+        Allreduce of the flat gradient over the ranks), then the flat Adam
+    (b) ours, one process, 2 threads: the single-process row above
+    (c) PyTorch eager, one process, 2 threads: the single-process row above
+    (d) PyTorch DDP over gloo, 2 ranks x 1 thread, each rank its share of the batch:
+        the distributed peer of (a)
+
+(a) and (d) run in the same 2 processes (started by mpiexec; torch's process group over
+tcp://127.0.0.1 on a free port), their steps interleaved as above, after a barrier; a
+step's time is its slowest rank's. Tokens/s counts the whole batch's target tokens. The
+table gives each row's median, fastest and slowest step and the ratio of (a)'s tokens/s
+to (b)'s, (c)'s and (d)'s; ``benchmarks/scale_out.py`` has the details. Without
+mpiexec or mpi4py, (a) is skipped (and (d) runs in plain processes); without torch or
+its gloo backend, (d) is; each with the reason printed.
 
 Without torch installed only our figures are printed. A benchmark, not a test: nothing
 here asserts on a timing.
@@ -60,22 +82,48 @@ def _torch_available() -> bool:
 
 
 # -- child side -----------------------------------------------------------------------------
-def _setup(name, args):
-    """Our model, optimizer and step closure, and the host batch."""
-    from scratchformer import backend
-    from scratchformer.models import Transformer, TransformerConfig
-    from scratchformer.optim import Adam
+def _config(name, args):
+    from scratchformer.models import TransformerConfig
 
     overrides = dict(vocab_size=args.vocab, max_len=max(64, args.length))
     if args.attention_block:
         overrides["attention_block"] = args.attention_block
-    cfg = TransformerConfig.preset(CONFIGS[name]["preset"], **overrides)
+    return TransformerConfig.preset(CONFIGS[name]["preset"], **overrides)
+
+
+def _batch(args):
+    """The host batch (src, tgt_in, tgt_out), int64 (batch, length), no padding."""
+    from scratchformer import backend
+
     np = backend.np
     data = np.random.default_rng(0)
     shape = (args.batch, args.length)
-    src, tgt_in, tgt_out = (data.integers(4, args.vocab, shape).astype(np.int64) for _ in "abc")
+    return tuple(data.integers(4, args.vocab, shape).astype(np.int64) for _ in "abc")
+
+
+def _ours(cfg):
+    """Our model, flattened, and the flat Adam."""
+    from scratchformer.models import Transformer
+    from scratchformer.optim import Adam
+
     model = Transformer(cfg)
-    opt = Adam(model.flatten(), 0.9, 0.98, 1e-9)
+    return model, Adam(model.flatten(), 0.9, 0.98, 1e-9)
+
+
+def _torch_reference():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import torch_reference
+
+    return torch_reference
+
+
+def _setup(name, args):
+    """Our model, optimizer and step closure, and the host batch."""
+    from scratchformer import backend
+
+    cfg = _config(name, args)
+    src, tgt_in, tgt_out = _batch(args)
+    model, opt = _ours(cfg)
     drop = backend.rng(1)
     s, ti, to = (backend.asarray(a) for a in (src, tgt_in, tgt_out))
 
@@ -92,9 +140,7 @@ def _setup(name, args):
 def _torch_step(cfg, batch, threads):
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import torch_reference
-
+    torch_reference = _torch_reference()
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model, opt = torch_reference.build(cfg)
@@ -126,6 +172,7 @@ def _child_speed(args):
             info[k] = dict(
                 median_ms=statistics.median(ts) * 1e3,
                 best_ms=min(ts) * 1e3,
+                max_ms=max(ts) * 1e3,
                 cpu_ms=statistics.median(cpu[k]) * 1e3,  # all threads' CPU time
                 tokens_per_s=tokens / statistics.median(ts),
                 best_tokens_per_s=tokens / min(ts),
@@ -178,8 +225,15 @@ def _child_memory(args):
     print(json.dumps(info), flush=True)
 
 
+def _child_scale_out(args):
+    import scale_out
+
+    return scale_out.child(args, _config, _batch, _ours, _torch_reference)
+
+
 # -- parent side ----------------------------------------------------------------------------
-def _launch(args, threads, extra):
+def _child(args, threads):
+    """The child's command line and environment (thread counts set before any import)."""
     env = dict(os.environ)
     for v in _THREAD_VARS:
         env[v] = str(threads)
@@ -192,6 +246,11 @@ def _launch(args, threads, extra):
         cmd += ["--attention-block", str(args.attention_block)]
     if not args.torch:
         cmd.append("--no-torch")
+    return cmd, env
+
+
+def _launch(args, threads, extra):
+    cmd, env = _child(args, threads)
     res = subprocess.run(cmd + extra, env=env, capture_output=True, text=True)
     if res.returncode:
         sys.stderr.write(res.stderr)
@@ -228,11 +287,26 @@ def main(argv=None):
     )
     p.add_argument("--no-torch", dest="torch", action="store_false")
     p.add_argument("--no-memory", dest="memory_runs", action="store_false")
+    p.add_argument(
+        "--scale-out",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the scale-out rows (a)-(d) at --ranks cores; default: on when --threads "
+        "includes --ranks",
+    )
+    p.add_argument("--ranks", type=int, default=2, help="processes of the scale-out rows")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--memory", choices=["ours", "torch"], help=argparse.SUPPRESS)
+    p.add_argument("--scale-out-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--world-size", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--ours-skipped", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
+        if args.scale_out_child:
+            return _child_scale_out(args)
         return _child_memory(args) if args.memory else _child_speed(args)
     if args.torch and not _torch_available():
         print("torch is not installed: printing only scratchformer's figures")
@@ -278,6 +352,7 @@ def main(argv=None):
             f"torch {speed[0].get('torch_version')}; ratio = our tokens/s / torch's "
             "(medians); best = the same from each side's fastest step"
         )
+    scale = _scale_out(args, speed)
     memory = []
     if args.memory_runs:
         saved = args.configs
@@ -300,7 +375,42 @@ def main(argv=None):
                 f"{'' if tm is None else f'{tm:.0f}':>11}"
             )
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(speed=speed, memory=memory), indent=1))
+        result = dict(speed=speed, scale_out=scale, memory=memory)
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    if any("error" in r for r in scale):
+        raise SystemExit("the scale-out run failed (above)")
+
+
+def _scale_out(args, speed) -> list[dict]:
+    """Run and print the scale-out rows; returns them (with the reasons of what was
+    skipped, or the error of a failed run, for the JSON)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import scale_out
+
+    n = args.ranks
+    on = args.scale_out if args.scale_out is not None else n in args.threads
+    if not on:
+        return []
+    if not 2 <= n <= args.batch:
+        print(f"scale-out rows: skipped: --ranks {n} must be 2 to --batch ({args.batch})")
+        return [dict(skipped=f"--ranks {n}")]
+    mpi_missing = scale_out.mpi_missing()
+    if mpi_missing:
+        print(f"scale-out (a), ours over MPI: skipped: {mpi_missing}")
+    if mpi_missing and not args.torch:
+        print("scale-out (d), torch DDP: skipped: --no-torch or torch not installed")
+        return [dict(skipped=f"{mpi_missing}; no torch")]
+    cmd, env = _child(args, 1)
+    cmd += ["--scale-out-child", "--port", str(scale_out.free_port())]
+    if mpi_missing:
+        cmd += ["--ours-skipped", mpi_missing]
+    rows, error = scale_out.launch(cmd, env, n, use_mpi=mpi_missing is None)
+    if error:
+        print(f"scale-out run failed: {error}", file=sys.stderr)
+        rows.append(dict(error=error))
+    if any("config" in r for r in rows):
+        scale_out.print_rows([r for r in rows if "config" in r], speed, n)
+    return rows
 
 
 if __name__ == "__main__":
