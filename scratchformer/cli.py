@@ -123,18 +123,22 @@ def main(argv=None) -> int:
     except Exception as e:
         if args.debug:
             raise
-        return _end_every_rank(_report(args.command + distributed.rank_label(), e))
+        return _end_every_rank(args, e)
 
 
-def _end_every_rank(code: int) -> int:
-    """With more than one process, a failed rank ends them all: the others would wait for
-    it forever in the next all-reduce. Another rank than 0 waits a second first, so that
-    an error every rank meets (a bad setting) is told once, by rank 0."""
+def _end_every_rank(args, e: Exception) -> int:
+    """Report ``e``; with more than one process, a failed rank then ends them all: the
+    others would wait for it forever in the next all-reduce. Another rank than 0 waits a
+    second before it says anything, so that an error every rank meets (a bad setting) is
+    told once, by rank 0, whose end of the job stops the others before they speak."""
     w = distributed.current()
-    if w is None or w.size == 1:
-        return code
+    if w is None or w.size == 1:  # one process, or ranks without MPI: each tells its own
+        return _report(args.command + distributed.rank_label(), e)
     if not w.main:
         time.sleep(1.0)
+        if not getattr(args, "no_progress", True):
+            print(file=sys.stderr)  # off the line of rank 0's progress bar, still drawn
+    code = _report(f"{args.command} ({w.describe()})", e)
     w.abort(code)
     return code
 

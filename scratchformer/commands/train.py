@@ -192,6 +192,10 @@ def run(args) -> int:
         return distributed.launch(args.ranks, args.argv)
     if args.ranks > 1 and started != args.ranks:
         raise ConfigError(f"--ranks {args.ranks}, but the MPI launcher started {started} processes")
+    if started > 1:
+        # the ranks join before anything is read: an error every rank meets from here on
+        # (a bad --set) is told once, by rank 0, and one rank's error ends them all
+        distributed.world()
     cfg, resume = resolve_config(args)
     train(cfg, resume=resume, overwrite=args.overwrite, progress=not args.no_progress)
     return 0
