@@ -38,9 +38,10 @@ from scratchformer.errors import ScratchformerError
 
 #: what to install for more than one process
 EXTRA = "pip install 'scratchformer[mpi]'"
-#: the variables by which MPI launchers (MPICH's and Intel's hydra, Open MPI, PMIx,
-#: Slurm) tell a process how many there are
-_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
+#: the variables by which MPI launchers (MPICH's and Intel's hydra, Slurm's srun with
+#: PMI, Open MPI) tell a process how many there are. (Not SLURM_NTASKS: a batch script
+#: has it too, outside any launcher.)
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 
 
 class DistributedError(ScratchformerError):
@@ -168,7 +169,7 @@ def _fault_sum(rank: int) -> int:
 
 _WORLD: World | None = None
 #: the variables by which MPI launchers tell a process its rank
-_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")
 
 
 def rank_label() -> str:
