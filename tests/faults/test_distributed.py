@@ -290,6 +290,14 @@ def test_a_killed_rank_ends_the_job_and_resume_continues_exactly(mpi, tmp_path, 
     assert_same_state(*averaged)
 
 
+def assert_told_once(job, line: str) -> None:
+    """The job failed, and its only line of ours on stderr is ``line`` (no traceback)."""
+    ours = [ln for ln in job.stderr_lines() if ln.startswith(PREFIX)]
+    assert ours == [line], job.output()
+    assert job.p.returncode != 0
+    assert "Traceback" not in job.output()
+
+
 @pytest.mark.slow
 def test_a_run_of_one_process_is_not_resumed_by_two(mpi, tiny_checkpoint, tmp_path):
     ckpt = tmp_path / "checkpoint_2.npz"
@@ -297,14 +305,12 @@ def test_a_run_of_one_process_is_not_resumed_by_two(mpi, tiny_checkpoint, tmp_pa
     job = Job(tmp_path, "--resume", ckpt, "--run-dir", tmp_path / "run", "--steps", 4)
     took = job.wait(END_LIMIT)
     print(f"\nrefused in {took:.2f} s, exit {job.p.returncode}\n{job.output()}")
-    ours = [ln for ln in job.stderr_lines() if ln.startswith(PREFIX)]
-    assert ours == [
+    assert_told_once(
+        job,
         f"{PREFIX} (rank 0 of 2): error: {ckpt} was written by a run of 1 process and this "
         "one has 2: resume it with the same number (one process), as each process draws "
-        "its own dropout masks"
-    ], job.output()
-    assert job.p.returncode != 0
-    assert "Traceback" not in job.output()
+        "its own dropout masks",
+    )
 
 
 @pytest.mark.slow
@@ -314,13 +320,11 @@ def test_a_failing_rank_names_itself_and_ends_the_job(mpi, tmp_path):
     took = job.wait(RUN_LIMIT)
     print(f"\njob ended {took:.2f} s after its start, exit {job.p.returncode}\n{job.output()}")
     # a line of its own: not after the progress bar that rank 0 draws (no --no-progress)
-    ours = [ln for ln in job.stderr_lines() if ln.startswith(PREFIX)]
-    assert ours == [
+    assert_told_once(
+        job,
         f"{PREFIX} (rank 1 of 2): error: fault injected at gradient sum 6 "
-        "(SCRATCHFORMER_FAULT_RANK=1:6)"
-    ], job.output()
-    assert job.p.returncode != 0
-    assert "Traceback" not in job.output()
+        "(SCRATCHFORMER_FAULT_RANK=1:6)",
+    )
     assert last_step(tmp_path / "run" / "metrics.jsonl") == 5  # rank 0 waited at step 6
 
 
@@ -329,13 +333,12 @@ def test_an_error_every_rank_meets_is_told_once_by_rank_0(mpi, tmp_path):
     job = Job(tmp_path, *TINY_RUN, "--run-dir", tmp_path / "run", "--set", "train.steps=abc")
     took = job.wait(END_LIMIT)
     print(f"\njob ended {took:.2f} s after its start, exit {job.p.returncode}\n{job.output()}")
-    ours = [ln for ln in job.stderr_lines() if ln.startswith(PREFIX)]
-    assert ours == [
+    assert_told_once(
+        job,
         f"{PREFIX} (rank 0 of 2): error: train.steps must be a whole number, got 'abc' "
-        "(from --set train.steps=abc)"
-    ], job.output()
+        "(from --set train.steps=abc)",
+    )
     assert job.output().count("must be a whole number") == 1
-    assert job.p.returncode != 0
     assert not (tmp_path / "run").exists()
 
 
