@@ -11,7 +11,9 @@ One optimizer step ``s`` (counted from 1):
     2. for each micro-batch i: forward with dropout (generator seeded by
        ``(seed, s, i)``), backward of ``n_i * loss_i`` (n_i = its targets)
     3. divide every gradient by ``sum_i n_i``: the gradient of the mean loss over the
-       union of the micro-batches, exactly as if they were one batch
+       union of the micro-batches, exactly as if they were one batch (with several
+       processes, each takes its share of every micro-batch and one all-reduce sums
+       their gradients and counts first: ``distributed.py``)
     4. stop with an error naming the step if the loss or the gradient norm is not finite
     5. clip the global gradient norm, ``lr = schedule(s)``, one Adam step
 
@@ -113,7 +115,8 @@ class Trainer:
 
         self.task = TASKS[cfg.task.name](cfg.task) if w.main else None
         w.broadcast(None)  # the other ranks build the task after rank 0, from its caches
-        self.task = self.task or TASKS[cfg.task.name](cfg.task)
+        if self.task is None:
+            self.task = TASKS[cfg.task.name](cfg.task)
         self.model_config = self.task.configure(cfg.model, cfg.seed)
         self.model = self.task.build_model(self.model_config)
         t, o = cfg.train, cfg.optim
