@@ -14,7 +14,6 @@ Parameters are always updated in place (the optimizer writes ``p -= ...``,
 
 from __future__ import annotations
 
-import copy
 import math
 
 from scratchformer import backend
@@ -90,16 +89,19 @@ class Module:
             object.__setattr__(self, "flat", flat)
         return self.flat
 
-    def __deepcopy__(self, memo):
-        """A copy whose arrays are its own; a flattened module's copy is flattened again
-        (copying views one by one would cut them off the copied flat buffers)."""
-        new = object.__new__(type(self))
-        memo[id(self)] = new
-        for k, v in vars(self).items():
-            object.__setattr__(new, k, None if k == "flat" else copy.deepcopy(v, memo))
-        if self.flat is not None:
-            new.flatten()
-        return new
+    def __getstate__(self) -> dict:
+        """What a copy or a pickle holds: everything but the flat buffers (copying views
+        one by one cuts them off the copied buffers); ``__setstate__`` flattens again."""
+        state = dict(vars(self))
+        state["flat"] = None
+        state["_flattened"] = self.flat is not None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        flattened = state.pop("_flattened", False)
+        vars(self).update(state)
+        if flattened:
+            self.flatten()
 
     def num_parameters(self) -> int:
         return sum(int(p.size) for p in self.parameters().values())

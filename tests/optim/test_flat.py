@@ -4,6 +4,7 @@ equal to the same work done tensor by tensor, to 1e-12 in float64."""
 
 import copy
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -92,6 +93,9 @@ def test_copies_and_casts_stay_flat(backend):
     twin.flat.params[...] = 0.5
     assert float(B.asnumpy(twin.parameters()["embed.E"]).max()) == 0.5
     assert float(B.asnumpy(model.parameters()["embed.E"]).max()) != 0.5  # its own arrays
+    back = pickle.loads(pickle.dumps(model))
+    back.flat.grads[...] = 3.0
+    assert float(B.asnumpy(back.gradients()["embed.E"]).min()) == 3.0  # views again
     wide = copy.deepcopy(model).astype(B.xp.float64)
     assert wide.flat.dtype == np.float64
     wide.flat.params[...] = 0.25
