@@ -61,11 +61,10 @@ class World:
     """The processes of one run and the few collectives training needs.
 
     ``World()`` is the single process: every collective returns its input. ``rank`` is
-    this process's number, ``size`` how many there are, ``local_size`` how many share
-    this machine (each takes its share of the cores).
+    this process's number, ``size`` how many there are.
     """
 
-    rank, size, local_size = 0, 1, 1
+    rank, size = 0, 1
     comm = None
 
     @property
@@ -107,7 +106,6 @@ class MPIWorld(World):
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
-        self.local_size = self.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
         sys.excepthook = self._abort_on_exception
         self.sums, self.fail_at = 0, _fault_sum(self.rank)
 

@@ -67,9 +67,11 @@ class Adam:
         xp = backend.xp
         self.m = xp.zeros_like(flat.params)  # first moments
         self.v = xp.zeros_like(flat.params)  # second moments
-        n = flat.size if backend.backend_name() == "cupy" else min(BLOCK, flat.size)
-        self._tmp = xp.empty(max(n, 1), dtype=flat.dtype)
-        self._block = max(n, 1)
+        # entries per block: the whole array on a GPU, BLOCK (or fewer) on the CPU
+        self._block = max(
+            1, flat.size if backend.backend_name() == "cupy" else min(BLOCK, flat.size)
+        )
+        self._tmp = xp.empty(self._block, dtype=flat.dtype)  # the one scratch array
 
     def step(self, lr: float) -> None:
         """Apply one Adam update with learning rate ``lr`` to every parameter, in place."""
@@ -82,14 +84,15 @@ class Adam:
         step_size, eps2 = lr * c2 / c1, self.eps * c2
         decay = 1.0 - lr * self.weight_decay
         theta, g, m, v = self.flat.params, self.flat.grads, self.m, self.v
-        for i in range(0, self.flat.size, self._block):
-            j = i + self._block
+        n = self.flat.size
+        for i in range(0, n, self._block):
+            j = min(i + self._block, n)
             _update(
                 theta[i:j],
                 g[i:j],
                 m[i:j],
                 v[i:j],
-                self._tmp[: len(theta[i:j])],
+                self._tmp[: j - i],
                 b1,
                 b2,
                 step_size,
