@@ -16,6 +16,14 @@ Three entry points, one engine:
     check_module(layer, x, mask, rng=7)                     # a module: inputs + params
     check_model(model, src, tgt_in, tgt_out, rng=7)         # the whole model's loss
 
+and, for models too large to check entry by entry, directional derivatives:
+
+    check_directions(model, src, tgt_in, tgt_out, rng=7)    # 2 forwards per direction
+
+which compare ``(L(theta + h v) - L(theta - h v)) / 2h`` with ``<dL/dtheta, v>`` along
+random directions ``v``: every entry moves at once, so a direction costs two forward
+passes however many parameters it spans (see ``check_directions``).
+
 An op or module is checked through ``L = sum(out * dout)`` with a random ``dout``.
 ``rng=<int>`` turns dropout on and replays the same masks in every evaluation (a fresh
 generator from that seed per forward). Nothing the caller passes is modified: inputs
@@ -33,6 +41,7 @@ from scratchformer.backend import xp
 
 DEFAULT_TOL = 1e-6
 DEFAULT_H = 1e-6
+DIRECTIONAL_H = 1e-7  # RMS step per entry; see check_directions for why smaller
 
 
 def rel_error(a, n) -> float:
@@ -51,9 +60,10 @@ class GradCheckRow:
     shape: tuple  # its full shape
     max_rel_error: float
     max_abs_error: float
-    checked: int  # entries checked
+    checked: int  # entries (or directions) checked
     total: int  # entries in the tensor
     passed: bool
+    redrawn: int = 0  # directions drawn again after crossing a kink (check_directions)
 
 
 @dataclass
@@ -88,9 +98,12 @@ class GradReport:
         for r in self.rows:
             shape = "x".join(map(str, r.shape)) or "scalar"
             checked = f"{r.checked}/{r.total}"
+            status = "ok" if r.passed else "FAIL"
+            if r.redrawn:
+                status += f" ({r.redrawn} redrawn)"
             lines.append(
                 f"{r.name:<{w}}  {shape:<14} {checked:>9}  {r.max_rel_error:>11.2e}  "
-                f"{r.max_abs_error:>11.2e}  {'ok' if r.passed else 'FAIL'}"
+                f"{r.max_abs_error:>11.2e}  {status}"
             )
         n_fail = len(self.failures())
         lines.append(
@@ -321,3 +334,121 @@ def check_model(
     return check_gradients(
         f, params, analytic, h=h, tol=tol, max_entries=max_entries, seed=seed, progress=progress
     )
+
+
+def check_directions(
+    model,
+    src,
+    tgt_in,
+    tgt_out,
+    *,
+    directions: int = 1,
+    rng=None,
+    eps_ls=None,
+    dtype="float64",
+    h=DIRECTIONAL_H,
+    tol=DEFAULT_TOL,
+    retries=2,
+    seed=0,
+    names=None,
+    progress=None,
+) -> GradReport:
+    """Directional checks of a whole encoder-decoder's loss: seconds at any size.
+
+    For a direction ``v`` (Gaussian, scaled to an RMS of 1 per entry, so ``h`` is the
+    typical step of one entry, as in the entry-by-entry check) the directional
+    derivative of the loss is
+
+        D_v L = lim (L(theta + h v) - L(theta - h v)) / 2h = <dL/dtheta, v>,
+
+    the numeric side from two forward passes, the analytic side a dot product with the
+    backward pass's gradient. A wrong gradient ``g + e`` shows as ``<e, v>``, which is
+    nonzero for almost every ``v`` (the directions orthogonal to ``e`` have measure zero),
+    so one direction per tensor catches any error in it that is larger than the rounding
+    noise. The dot product is taken with the step that was actually applied,
+    ``(fl(theta + h v) - fl(theta - h v)) / 2h``, so rounding the parameters (float32)
+    adds no error of its own.
+
+    **Kinks.** ReLU is not differentiable at 0. An entry-wise step moves one weight and
+    rarely carries a pre-activation across 0; a directional step moves every weight of a
+    tensor, so each pre-activation moves by about ``h * |x|``, and at ``h = 1e-6`` some
+    of the tens of thousands of them cross (measured: relative errors up to 3e-2 in the
+    ``small`` model with ReLU, none with GELU). Hence the smaller default step, 1e-7,
+    and the rule: a direction that fails is drawn again, up to ``retries`` times. A
+    wrong gradient fails along every direction; a kink crossed by chance (about 1 in 100
+    directions at ``base`` size) does not recur. The row counts the directions redrawn.
+
+    Every parameter tensor gets ``directions`` directions of its own (the row names the
+    tensor that fails), then all parameters together get ``directions`` more (the row
+    ``all parameters``). Each row's error is ``rel_error`` over its directions. The model
+    is copied in ``dtype`` ("float64", or "float32" to see what a float32 check can
+    resolve); ``rng=<int>`` replays the dropout masks; ``names`` restricts the per-tensor
+    rows; ``progress`` is called with 1 after every direction.
+    """
+    np = backend.np
+    m = copy.deepcopy(model).astype(getattr(xp, dtype))
+
+    def fresh_rng():
+        return backend.rng(rng) if rng is not None else None
+
+    def loss() -> float:
+        return float(m.loss_forward(src, tgt_in, tgt_out, rng=fresh_rng(), eps_ls=eps_ls)[0])
+
+    _, cache = m.loss_forward(src, tgt_in, tgt_out, rng=fresh_rng(), eps_ls=eps_ls)
+    m.zero_grad()
+    m.loss_backward(cache)
+    params, grads = m.parameters(), m.gradients()
+    unknown = sorted(set(names or ()) - set(params))
+    if unknown:
+        raise KeyError(f"no such parameters: {unknown}")
+    sampler = backend.host_rng(seed)
+    report = GradReport(tol=tol)
+
+    def row(label: str, group: list[str]) -> None:
+        ana, num, redrawn = np.empty(directions), np.empty(directions), 0
+        for k in range(directions):
+            for attempt in range(retries + 1):
+                ana[k], num[k] = _one_direction(params, grads, group, sampler, h, loss)
+                if rel_error(ana[k : k + 1], num[k : k + 1]) < tol or attempt == retries:
+                    break
+                redrawn += 1
+            if progress is not None:
+                progress(1)
+        size = sum(int(params[n].size) for n in group)
+        shape = tuple(params[group[0]].shape) if len(group) == 1 else (size,)
+        err = float(abs(ana - num).max())
+        rel = rel_error(ana, num)
+        report.rows.append(
+            GradCheckRow(label, shape, rel, err, directions, size, rel < tol, redrawn)
+        )
+
+    for name in names if names is not None else params:
+        row(name, [name])
+    row("all parameters", list(params))
+    return report
+
+
+def _one_direction(params, grads, group, sampler, h, loss) -> tuple[float, float]:
+    """``(analytic, numeric)`` derivative of ``loss()`` along one random direction over
+    the tensors ``group``, which are moved in place and restored exactly."""
+    np = backend.np
+    v = {n: sampler.standard_normal(params[n].shape) for n in group}
+    squares = sum(float((d * d).sum()) for d in v.values())
+    scale = h / float(np.sqrt(squares / sum(d.size for d in v.values())))  # RMS step h
+    old = {n: params[n].copy() for n in group}
+
+    def moved(n, sign):  # theta +- h v, rounded to the parameters' dtype
+        return old[n] + backend.asarray(sign * scale * v[n]).astype(old[n].dtype)
+
+    analytic = 0.0
+    for n in group:  # <g, (theta+ - theta-) / 2h> in float64: the step actually taken
+        step = backend.asnumpy(moved(n, 1.0)).astype(float) - backend.asnumpy(moved(n, -1.0))
+        analytic += float((backend.asnumpy(grads[n]).astype(float) * step).sum()) / (2.0 * h)
+    values = []
+    for sign in (1.0, -1.0):
+        for n in group:
+            params[n][...] = moved(n, sign)
+        values.append(loss())
+    for n in group:
+        params[n][...] = old[n]
+    return analytic, (values[0] - values[1]) / (2.0 * h)

@@ -6,6 +6,14 @@ dropout 0.1 with its masks replayed; every parameter, large ones on a seeded sam
 
 ``--explain PARAM`` shows one parameter's check entry by entry: the loss at theta + h
 and theta - h, the numeric and the analytic derivative side by side, and their error.
+
+``--directions K`` checks K random directions per parameter tensor and K over all
+parameters (two forward passes each, whatever the size): the check for ``small`` and
+``base`` models. ``--dtype float32`` runs it in float32; several ``--h`` values print
+the error by step size instead of the table:
+
+    scratchformer gradcheck --preset base --directions 1
+    scratchformer gradcheck --preset small --directions 1 --dtype float32 --h 1e-1 1e-2 1e-3
 """
 
 from __future__ import annotations
@@ -20,7 +28,9 @@ from scratchformer.errors import ScratchformerError
 from scratchformer.gradcheck import (
     DEFAULT_H,
     DEFAULT_TOL,
+    DIRECTIONAL_H,
     central_values,
+    check_directions,
     check_model,
     rel_error,
     sample_entries,
@@ -64,7 +74,7 @@ def add_parser(sub) -> None:
     p.add_argument("--positions", default="sinusoidal", choices=["sinusoidal", "learned"])
     p.add_argument("--share-embeddings", default="all", choices=["all", "decoder", "none"])
     p.add_argument("--activation", default="relu", choices=["relu", "gelu"])
-    p.add_argument("--layers", type=COUNT, default=2, help="N for encoder and decoder")
+    p.add_argument("--layers", type=COUNT, default=None, help="N (default: the preset's)")
     p.add_argument("--vocab", type=integer(lo=4), default=23, help="vocabulary size")
     p.add_argument("--dropout", type=PROBABILITY, default=0.1, help="P_drop (masks are replayed)")
     p.add_argument("--label-smoothing", type=PROBABILITY, default=0.1)
@@ -77,6 +87,25 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--seed", type=NONNEGATIVE, default=0)
     p.add_argument(
+        "--directions",
+        type=NONNEGATIVE,
+        default=0,
+        help="check K random directions per tensor instead of entries (0 = entries)",
+    )
+    p.add_argument(
+        "--dtype",
+        default="float64",
+        choices=["float64", "float32"],
+        help="precision of a directional check (entry checks are float64)",
+    )
+    p.add_argument(
+        "--h",
+        type=number(above=0),
+        nargs="+",
+        default=None,
+        help=f"step (default {DEFAULT_H:g}, directional {DIRECTIONAL_H:g}); several: a sweep",
+    )
+    p.add_argument(
         "--explain",
         metavar="PARAM",
         help="show the check of one parameter entry by entry, e.g. decoder.layers.0.cross_attn.W_k",
@@ -85,10 +114,11 @@ def add_parser(sub) -> None:
 
 
 def _config(args, norm) -> TransformerConfig:
+    layers = {} if args.layers is None else {"N": args.layers}
     return TransformerConfig.preset(
         args.preset,
         vocab_size=args.vocab,
-        N=args.layers,
+        **layers,
         norm=norm,
         positions=args.positions,
         share_embeddings=args.share_embeddings,
@@ -100,6 +130,14 @@ def _config(args, norm) -> TransformerConfig:
 
 
 def run(args) -> int:
+    if args.directions and args.explain:
+        raise ScratchformerError("--explain checks entries: leave out --directions")
+    if args.dtype != "float64" and not args.directions:
+        raise ScratchformerError("--dtype float32 is for directional checks: add --directions")
+    if args.h is not None and len(args.h) > 1 and not args.directions:
+        raise ScratchformerError("several --h values are a directional sweep: add --directions")
+    if args.directions:
+        return run_directions(args)
     if args.explain:
         return explain(args)
     samples = 20 if args.samples is None else args.samples
@@ -121,13 +159,14 @@ def run(args) -> int:
             rng=args.seed + 1,
             max_entries=samples or None,
             tol=args.tol,
+            h=args.h[0] if args.h else DEFAULT_H,
             seed=args.seed,
             progress=bar.update,
         )
         bar.close()
         dt = time.perf_counter() - t0
         print(
-            f"\n== {args.preset} encoder-decoder, {norm}-LN, N={args.layers}, "
+            f"\n== {args.preset} encoder-decoder, {norm}-LN, N={cfg.N}, "
             f"d_model={cfg.d_model}, h={cfg.h}, d_k={cfg.d_k or cfg.d_model // cfg.h}, "
             f"positions={cfg.positions}, share_embeddings={cfg.share_embeddings}, "
             f"P_drop={cfg.P_drop} (replayed), eps_ls={cfg.eps_ls}, "
@@ -135,6 +174,51 @@ def run(args) -> int:
         )
         print(report.table())
         ok = ok and report.passed
+    print("\ngradcheck:", "PASSED" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+def run_directions(args) -> int:
+    """Directional checks of each norm's model: the table, or with several ``--h`` the
+    largest and the median error of the rows at each step (the float32 guidance)."""
+    norms = ["post", "pre"] if args.norm in (None, "both") else [args.norm]
+    src, tgt_in, tgt_out = (backend.asarray(a) for a in demo_batch(args.vocab, args.seed))
+    steps = args.h or [DIRECTIONAL_H]
+    ok = True
+    for norm in norms:
+        cfg = _config(args, norm)
+        model = Transformer(cfg)
+        n = sum(int(p.size) for p in model.parameters().values())
+        print(
+            f"\n== {args.preset} encoder-decoder, {norm}-LN, N={cfg.N}, d_model={cfg.d_model}, "
+            f"h={cfg.h}, {n:,} parameters in {len(model.parameters())} tensors, "
+            f"P_drop={cfg.P_drop} (replayed), eps_ls={cfg.eps_ls}, batch B=3 S=6 T=5, "
+            f"{args.dtype}, {args.directions} direction(s) per tensor"
+        )
+        if len(steps) > 1:
+            print(f"{'h':>8}  {'largest rel err':>15}  {'median':>8}  {'rows over tol':>13}  time")
+        for h in steps:
+            t0 = time.perf_counter()
+            bar = progress_bar(
+                (len(model.parameters()) + 1) * args.directions, "directions", "direction"
+            )
+            report = check_directions(
+                model, src, tgt_in, tgt_out, directions=args.directions, rng=args.seed + 1,
+                dtype=args.dtype, h=h, tol=args.tol, seed=args.seed, progress=bar.update,
+            )  # fmt: skip
+            bar.close()
+            dt = time.perf_counter() - t0
+            if len(steps) > 1:
+                errs = sorted(r.max_rel_error for r in report.rows)
+                bad = f"{len(report.failures())}/{len(errs)}"
+                print(
+                    f"{h:>8.0e}  {errs[-1]:>15.2e}  {errs[len(errs) // 2]:>8.1e}  {bad:>13}  "
+                    f"{dt:.1f} s"
+                )
+            else:
+                print(f"step h = {h:g} (RMS per entry), {dt:.1f} s")
+                print(report.table())
+            ok = ok and report.passed
     print("\ngradcheck:", "PASSED" if ok else "FAILED")
     return 0 if ok else 1
 
@@ -223,7 +307,7 @@ def explain(args) -> int:
     analytic = backend.asnumpy(m.gradients()[name]).reshape(-1)
     n_entries = 8 if args.samples is None else args.samples
     idx = sample_entries(int(theta.size), n_entries or None, backend.host_rng(args.seed))
-    h = DEFAULT_H
+    h = args.h[0] if args.h else DEFAULT_H
     _print_explain_header(args, cfg, norm, theta, L0, len(idx), h)
     numeric = np.empty(len(idx))
     for j, i in enumerate(idx):
