@@ -82,7 +82,8 @@ def code_block(path: str, qualname: str) -> list[str]:
     """A details block (open) with the source of ``qualname`` in ``path``."""
     where, name, start, end, source = source_of(path, qualname)
     title = f"{name} ({where}, lines {start}-{end})"
-    fence = [f'```python linenums="{start}"', *source.splitlines(), "```"]
+    # four backticks: a docstring may hold a three-backtick example
+    fence = [f'````python linenums="{start}"', *source.splitlines(), "````"]
     return [f'???+ example "{title}"', "", *("    " + s if s else "" for s in fence)]
 
 
