@@ -311,24 +311,8 @@ def check_model(
     seeded sample of ``max_entries`` entries (None checks all); ``names`` restricts the
     check to some parameters; ``progress`` is as for ``check_gradients``.
     """
-    m = copy.deepcopy(model).astype(xp.float64)
-    seed_rng = rng
-
-    def fresh_rng():
-        return backend.rng(seed_rng) if seed_rng is not None else None
-
-    loss, cache = m.loss_forward(src, tgt_in, tgt_out, rng=fresh_rng(), eps_ls=eps_ls)
-    m.zero_grad()
-    m.loss_backward(cache)
-
-    def f():
-        return m.loss_forward(src, tgt_in, tgt_out, rng=fresh_rng(), eps_ls=eps_ls)[0]
-
-    params, grads = m.parameters(), m.gradients()
+    params, grads, f = _model_loss(model, xp.float64, (src, tgt_in, tgt_out), rng, eps_ls, names)
     if names is not None:
-        unknown = sorted(set(names) - set(params))
-        if unknown:
-            raise KeyError(f"no such parameters: {unknown}")
         params = {k: params[k] for k in names}
     analytic = {k: grads[k] for k in params}
     return check_gradients(
@@ -386,21 +370,8 @@ def check_directions(
     rows; ``progress`` is called with 1 after every direction.
     """
     np = backend.np
-    m = copy.deepcopy(model).astype(getattr(xp, dtype))
-
-    def fresh_rng():
-        return backend.rng(rng) if rng is not None else None
-
-    def loss() -> float:
-        return float(m.loss_forward(src, tgt_in, tgt_out, rng=fresh_rng(), eps_ls=eps_ls)[0])
-
-    _, cache = m.loss_forward(src, tgt_in, tgt_out, rng=fresh_rng(), eps_ls=eps_ls)
-    m.zero_grad()
-    m.loss_backward(cache)
-    params, grads = m.parameters(), m.gradients()
-    unknown = sorted(set(names or ()) - set(params))
-    if unknown:
-        raise KeyError(f"no such parameters: {unknown}")
+    batch = (src, tgt_in, tgt_out)
+    params, grads, loss = _model_loss(model, getattr(xp, dtype), batch, rng, eps_ls, names)
     sampler = backend.host_rng(seed)
     report = GradReport(tol=tol)
 
@@ -426,6 +397,28 @@ def check_directions(
         row(name, [name])
     row("all parameters", list(params))
     return report
+
+
+def _model_loss(model, dtype, batch, rng, eps_ls, names):
+    """A copy of ``model`` in ``dtype`` after one forward and backward pass on ``batch``:
+    ``(parameters, their gradients, loss())``, where ``loss()`` is a forward pass with
+    the same dropout masks (a fresh generator from ``rng`` each time)."""
+    m = copy.deepcopy(model).astype(dtype)
+
+    def fresh_rng():
+        return backend.rng(rng) if rng is not None else None
+
+    def loss() -> float:
+        return float(m.loss_forward(*batch, rng=fresh_rng(), eps_ls=eps_ls)[0])
+
+    _, cache = m.loss_forward(*batch, rng=fresh_rng(), eps_ls=eps_ls)
+    m.zero_grad()
+    m.loss_backward(cache)
+    params, grads = m.parameters(), m.gradients()
+    unknown = sorted(set(names or ()) - set(params))
+    if unknown:
+        raise KeyError(f"no such parameters: {unknown}")
+    return params, grads, loss
 
 
 def _one_direction(params, grads, group, sampler, h, loss) -> tuple[float, float]:
