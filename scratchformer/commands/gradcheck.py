@@ -245,7 +245,7 @@ def _print_explain_header(args, cfg, norm: str, theta, L0, n_checked: int, h: fl
     """What is compared (the loss, both derivatives, the sample), then the column heads."""
     print(
         f"== {args.explain}, shape {tuple(theta.shape)}, in a {args.preset} encoder-decoder "
-        f"({norm}-LN, N={args.layers}, d_model={cfg.d_model}, h={cfg.h}, "
+        f"({norm}-LN, N={cfg.N}, d_model={cfg.d_model}, h={cfg.h}, "
         f"P_drop={cfg.P_drop} replayed, eps_ls={cfg.eps_ls}), float64"
     )
     print(
