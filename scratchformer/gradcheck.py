@@ -429,18 +429,19 @@ def _one_direction(params, grads, group, sampler, h, loss) -> tuple[float, float
     squares = sum(float((d * d).sum()) for d in v.values())
     scale = h / float(np.sqrt(squares / sum(d.size for d in v.values())))  # RMS step h
     old = {n: params[n].copy() for n in group}
-
-    def moved(n, sign):  # theta +- h v, rounded to the parameters' dtype
-        return old[n] + backend.asarray(sign * scale * v[n]).astype(old[n].dtype)
-
+    # theta +- h v, rounded to the parameters' dtype, each computed once
+    up, down = {}, {}
     analytic = 0.0
-    for n in group:  # <g, (theta+ - theta-) / 2h> in float64: the step actually taken
-        step = backend.asnumpy(moved(n, 1.0)).astype(float) - backend.asnumpy(moved(n, -1.0))
-        analytic += float((backend.asnumpy(grads[n]).astype(float) * step).sum()) / (2.0 * h)
+    for n in group:
+        step = backend.asarray(scale * v[n]).astype(old[n].dtype)
+        up[n], down[n] = old[n] + step, old[n] - step
+        taken = backend.asnumpy(up[n]).astype(float) - backend.asnumpy(down[n])
+        # <g, (theta+ - theta-) / 2h> in float64: the step actually taken
+        analytic += float((backend.asnumpy(grads[n]).astype(float) * taken).sum()) / (2.0 * h)
     values = []
-    for sign in (1.0, -1.0):
+    for moved in (up, down):
         for n in group:
-            params[n][...] = moved(n, sign)
+            params[n][...] = moved[n]
         values.append(loss())
     for n in group:
         params[n][...] = old[n]
