@@ -29,7 +29,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scratchformer import backend
+from scratchformer import backend, memory
 from scratchformer.checkpoint_fields import (
     FORMAT,
     META_KEY,
@@ -80,7 +80,7 @@ class Checkpoint:
 def _check_memory(path, needed: int, what: str) -> None:
     """Refuse ``needed`` bytes when more than the host memory available (arrays are read
     to the host whatever the backend)."""
-    free = backend.available_memory()
+    free = memory.available_memory()
     if free is not None and needed > free:
         raise CheckpointError(
             f"checkpoint {path}: {what} {show_size(needed)}, more than the "

@@ -3,7 +3,8 @@
 The package is built in floors, each using only the ones below it (the README's
 "Layout" section shows the same order):
 
-    0  backend, errors, progress      arrays, error types, progress display
+    0  backend, errors, progress,     arrays, error types, progress display, host memory
+       memory
     1  ops                            pure forward/backward pairs
     2  nn                             modules: parameters, gradients, wiring
     3  models                         the Transformer, the language model, the classifier
@@ -31,7 +32,7 @@ import scratchformer
 PACKAGE = Path(scratchformer.__file__).resolve().parent
 
 FLOORS = [
-    {"backend", "errors", "progress"},
+    {"backend", "errors", "progress", "memory"},
     {"ops"},
     {"nn"},
     {"models"},

@@ -13,7 +13,7 @@ import itertools
 import sys
 from pathlib import Path
 
-from scratchformer import backend, viz
+from scratchformer import backend, memory, viz
 from scratchformer.checkpoint import latest_checkpoint, load_checkpoint, load_with_tokenizer
 from scratchformer.commands import COUNT, NONNEGATIVE, integer, number
 from scratchformer.decode import greedy_decode
@@ -173,7 +173,7 @@ def run_attention(args) -> int:
 # -- positions, schedule, curves ---------------------------------------------------------------
 def run_positional(args) -> int:
     if args.checkpoint is None:
-        backend.need_memory(
+        memory.need_memory(
             32.0 * args.positions * args.d_model,  # the table and the image's float copies
             f"a table of {args.positions} positions x {args.d_model} dimensions",
             "draw fewer --positions or a smaller --d-model",

@@ -30,7 +30,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scratchformer import backend
+from scratchformer import backend, memory
 from scratchformer.data.bible_pairs import read_pairs
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.data.tokenizers import CharTokenizer, Tokenizer, tokenizer_from_dict
@@ -129,7 +129,7 @@ def string_task(
     for n, v in (("train_size", train_size), ("valid_size", valid_size), ("test_size", test_size)):
         need(v >= 1, f"{n} must be >= 1, got {v}")
     total = train_size + valid_size + test_size
-    backend.need_memory(
+    memory.need_memory(
         total * (STRING_BYTES + 40 * max_len),
         f"{total} generated strings of up to {max_len} letters",
         "lower task.train_size (valid_size, test_size)",

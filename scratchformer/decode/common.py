@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scratchformer import backend
+from scratchformer import backend, memory
 from scratchformer.backend import xp
 from scratchformer.errors import (
     ScratchformerError,
@@ -121,7 +121,7 @@ def check_vocabulary(config, min_len: int) -> None:
 
 
 def check_decode_memory(cfg, rows: int, capacity: int, source_len: int, what: str, advice: str):
-    """Refuse up front (``backend.need_memory``) a decode whose ``rows`` hypotheses or
+    """Refuse up front (``memory.need_memory``) a decode whose ``rows`` hypotheses or
     samples would not fit. Per row: the key/value caches, ``(capacity + source_len)``
     positions x ``h (d_k + d_v)`` per decoder layer, and about four float64 copies of
     the vocabulary's scores (log-probabilities, candidates, their selection)."""
@@ -129,7 +129,7 @@ def check_decode_memory(cfg, rows: int, capacity: int, source_len: int, what: st
     itemsize = backend.np.dtype(backend.get_dtype()).itemsize
     d_head = (cfg.d_k or cfg.d_model // cfg.h) + (cfg.d_v or cfg.d_model // cfg.h)
     cache = layers * (capacity + source_len) * cfg.h * d_head * itemsize
-    backend.need_memory(float(rows) * (cache + 4 * cfg.vocab_size * 8), what, advice)
+    memory.need_memory(float(rows) * (cache + 4 * cfg.vocab_size * 8), what, advice)
 
 
 def log_probs(logits):

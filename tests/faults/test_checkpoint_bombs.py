@@ -135,11 +135,11 @@ BOMBS = {  # id: (how it is built, what the one line says)
 
 LOADER = """
 import sys
-from scratchformer import backend
+from scratchformer import memory
 from scratchformer.cli import main
 if sys.argv[1] == "--memory":
     free = int(sys.argv[2])
-    backend.available_memory = lambda: free
+    memory.available_memory = lambda: free
     del sys.argv[1:3]
 sys.exit(main(sys.argv[1:]))
 """

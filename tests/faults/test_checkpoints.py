@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from scratchformer import backend as B
+from scratchformer import memory
 from scratchformer.checkpoint import load_checkpoint
 from scratchformer.cli import main as cli_main
 
@@ -408,7 +409,7 @@ def test_a_float64_checkpoint_loads_in_float64_only(good, tmp_path):
 
 
 def test_more_than_the_memory_available_is_refused_unread(good, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(B, "available_memory", lambda: 10_000)
+    monkeypatch.setattr(memory, "available_memory", lambda: 10_000)
     line = refused(capsys, run("translate", good, tmp_path, good), good, "arrays (")
     assert "more than the 10.0 KB of memory available" in line
 

@@ -233,9 +233,9 @@ def test_translation_memory_does_not_grow_with_the_input(tmp_path, capsys):
 @pytest.fixture
 def little_memory(monkeypatch):
     """A machine with 50 MB available (the estimate must refuse before allocating)."""
-    from scratchformer import backend
+    from scratchformer import memory
 
-    monkeypatch.setattr(backend, "available_memory", lambda: 50_000_000)
+    monkeypatch.setattr(memory, "available_memory", lambda: 50_000_000)
 
 
 def _estimate_refused(refused, argv, *fragments):

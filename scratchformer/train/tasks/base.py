@@ -29,7 +29,7 @@ import hashlib
 import math
 from typing import NamedTuple
 
-from scratchformer import backend
+from scratchformer import backend, memory
 from scratchformer.data.batching import fixed_batches
 from scratchformer.data.vocab import Vocab
 from scratchformer.errors import ConfigError
@@ -107,7 +107,7 @@ class Task:
             msg = str(e).removeprefix("invalid TransformerConfig: ")
             raise ConfigError(f"[model]: {msg}") from None
         c = self.model_config
-        backend.need_memory(  # the position tables (learned: one per stack) and embeddings
+        memory.need_memory(  # the position tables (learned: one per stack) and embeddings
             8.0 * c.d_model * (2 * c.max_len + c.vocab_size + c.src_vocab),
             f"a model of max_len {c.max_len} and d_model {c.d_model}",
             "lower model.max_len or model.d_model",
