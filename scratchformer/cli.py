@@ -8,14 +8,17 @@ an exit code. Modules are listed in ``COMMANDS`` and imported on start.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import re
+import signal
 import sys
+import threading
 import time
 
 from scratchformer import __version__, backend, distributed
-from scratchformer.errors import ScratchformerError
+from scratchformer.errors import Interrupted, ScratchformerError, signal_name
 
 DEBUG_HELP = "on an error, show Python's traceback instead of the one-line message"
 
@@ -108,22 +111,52 @@ def main(argv=None) -> int:
     if extra:
         _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        if args.backend:
-            backend.set_backend(args.backend)
-        else:
-            backend.require_env_backend()
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print(
-            f"scratchformer {args.command}: interrupted (a training run continues from its "
-            "last checkpoint with --resume)",
-            file=sys.stderr,
-        )
-        return 130
+        with _terminate_interrupts():
+            if args.backend:
+                backend.set_backend(args.backend)
+            else:
+                backend.require_env_backend()
+            return int(args.func(args) or 0)
+    except KeyboardInterrupt as e:
+        return _interrupted(args, e)
     except Exception as e:
         if args.debug:
             raise
         return _end_every_rank(args, e)
+
+
+@contextlib.contextmanager
+def _terminate_interrupts():
+    """SIGTERM ends a command as Ctrl-C does (an exception, so that what is open is
+    closed and a run's lock released), not by the operating system's default. A training
+    run puts its own handlers of both on top while it trains (train/interrupts.py)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise Interrupted(signum, f"stopped by {signal_name(signum)}", at_once=True)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(args, e: KeyboardInterrupt) -> int:
+    """The end of a command stopped by Ctrl-C or SIGTERM: its message (by rank 0 alone
+    with several processes) and the shell's code for it, 128 + the signal's number. A
+    rank stopped where it was ends the others, which may be waiting for it."""
+    signum = getattr(e, "signum", signal.SIGINT)
+    message = getattr(e, "message", f"stopped by {signal_name(signum)}")
+    w = distributed.current()
+    if message and (w is None or w.main):
+        print(f"scratchformer {args.command}: {message}", file=sys.stderr, flush=True)
+    code = 128 + signum
+    if w is not None and w.size > 1 and getattr(e, "at_once", True):
+        w.abort(code)
+    return code
 
 
 def _end_every_rank(args, e: Exception) -> int:

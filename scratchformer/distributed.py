@@ -29,6 +29,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -66,6 +67,9 @@ class World:
 
     rank, size = 0, 1
     comm = None
+    #: called (without arguments) by ``abort`` before the job ends: what a rank must undo
+    #: for the others, which end without a word (rank 0's lock, by another rank)
+    before_abort: tuple | list = ()
 
     @property
     def main(self) -> bool:
@@ -108,6 +112,7 @@ class MPIWorld(World):
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         sys.excepthook = self._abort_on_exception
         self.sums, self.fail_at = 0, _fault_sum(self.rank)
+        self.before_abort = []
 
     def _abort_on_exception(self, kind, value, tb) -> None:
         """An exception nobody caught (a script using the API): the traceback, then the
@@ -147,6 +152,8 @@ class MPIWorld(World):
             )
 
     def abort(self, code: int) -> None:
+        for undo in self.before_abort:
+            undo()
         sys.stdout.flush()
         sys.stderr.flush()
         time.sleep(0.2)  # let mpiexec forward the last line before the job is torn down
@@ -222,13 +229,48 @@ def missing_mpi4py() -> bool:
 
 def launch(n: int, argv: list[str]) -> int:
     """Run ``scratchformer <argv>`` as ``n`` processes: ``mpiexec -n n`` with this Python;
-    returns mpiexec's exit code."""
+    returns mpiexec's exit code.
+
+    Signals reach the ranks through this process alone: mpiexec runs in a session of its
+    own (so Ctrl-C in a terminal is not delivered to it twice, once from the terminal and
+    once from here), without stdin, and is sent SIGTERM should this process die. The first
+    Ctrl-C or SIGTERM is passed on as it is (mpiexec forwards it to every rank: each
+    finishes its step, rank 0 saves); later ones as SIGTERM, which mpiexec forwards every
+    time, where a second SIGINT would be its own forced abort (SIGKILL, nothing saved)."""
     exe = find_mpiexec()
     if exe is None:
         raise DistributedError(f"{n} processes need mpiexec, which is not installed: {EXTRA}")
     if missing_mpi4py():
         raise DistributedError(f"{n} processes need mpi4py, which is not installed: {EXTRA}")
-    return subprocess.call([exe, "-n", str(n), sys.executable, "-m", "scratchformer", *argv])
+    cmd = [exe, "-n", str(n), sys.executable, "-m", "scratchformer", *argv]
+    p = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_end_with_parent
+    )
+    received: list[int] = []
+
+    def forward(signum, frame):
+        received.append(signum)
+        p.send_signal(signum if len(received) == 1 else signal.SIGTERM)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = p.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return code
+
+
+def _end_with_parent() -> None:
+    """In mpiexec, before it starts (Linux): SIGTERM when the launching process dies, so
+    that a launcher killed outright leaves no job running; elsewhere nothing."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def share(indices, w: World):

@@ -8,6 +8,8 @@ import pytest
 
 from scratchformer import backend as B
 
+pytest_plugins = ["mpi_jobs"]  # the fixtures of the tests that start mpiexec
+
 _BACKENDS = [
     "numpy",
     pytest.param(

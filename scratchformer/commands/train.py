@@ -20,13 +20,14 @@ package: scratchformer/configs/).
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
 
 from scratchformer import distributed
 from scratchformer.checkpoint import CheckpointError, latest_checkpoint, read_params
 from scratchformer.commands import COUNT, NONNEGATIVE, number
-from scratchformer.errors import ConfigError
-from scratchformer.train import TASKS, TrainConfig, train
+from scratchformer.errors import ConfigError, Interrupted, signal_name
+from scratchformer.train import TASKS, TrainConfig, Trainer
 from scratchformer.train.config import (
     FLAT_KEYS,
     TOP_LEVEL,
@@ -36,6 +37,7 @@ from scratchformer.train.config import (
     read_config,
     set_dotted,
 )
+from scratchformer.train.interrupts import before_training, resume_advice
 
 #: flag (its argparse name) -> the setting it sets
 FLAGS = {
@@ -197,5 +199,16 @@ def run(args) -> int:
         # (a bad --set) is told once, by rank 0, and one rank's error ends them all
         distributed.world()
     cfg, resume = resolve_config(args)
-    train(cfg, resume=resume, overwrite=args.overwrite, progress=not args.no_progress)
+    try:  # reading the data, the tokenizer, a checkpoint to resume
+        trainer = Trainer(
+            cfg, resume=resume, overwrite=args.overwrite, progress=not args.no_progress
+        )
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        w = distributed.current()
+        advice = resume_advice(cfg, w.size if w else 1) if w is None or w.main else ""
+        when = "before training went on" if resume else before_training(0)
+        message = f"stopped by {signal_name(signum)} {when}; {advice}"
+        raise Interrupted(signum, message if advice else "", at_once=True) from None
+    trainer.run()
     return 0

@@ -22,7 +22,8 @@ Because every source of randomness is a function of ``(seed, step)`` or
 the data position resumes bit for bit: ``N`` steps + resume + ``N`` steps gives the
 same losses and parameters as ``2N`` steps in one run. ``time_limit`` stops a run early
 after the step that passes it (validated and checkpointed as a last step); ``--resume``
-then continues it.
+then continues it. Ctrl-C or SIGTERM stops it after the step in flight, checkpointed
+(``interrupts``).
 
 Outputs in the run directory (``runs/<name>`` by default):
 
@@ -57,14 +58,16 @@ from scratchformer.checkpoint import (
     save_checkpoint,
 )
 from scratchformer.data.batching import TokenBatchSampler
-from scratchformer.errors import TrainingDiverged
+from scratchformer.errors import Interrupted, TrainingDiverged, signal_name
 from scratchformer.optim import Adam, clip_grad_norm, make_schedule
 from scratchformer.progress import clock
 from scratchformer.train import final, report
 from scratchformer.train.config import TrainConfig
+from scratchformer.train.interrupts import Interrupts, agree, before_training, resume_advice
 from scratchformer.train.report import TrainResult
 from scratchformer.train.resume import check_ranks, check_resumable
 from scratchformer.train.rundir import (
+    LOCK_NAME,
     RunLock,
     append_record,
     clear_for_fresh_run,
@@ -142,6 +145,7 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.window = Window()  # the sums of the next "train" record (saved for resume)
         self.lock = None
+        self.interrupts = Interrupts(w.main)  # the run's signal handlers, while it runs
         if w.main:
             # locked before anything in the directory changes; released when ``run`` ends
             self.lock = RunLock(self.run_dir).acquire(echo)
@@ -155,6 +159,11 @@ class Trainer:
                 self.lock.release()
                 raise
         self._share_state()
+        if w.size > 1:  # a rank that ends the job clears rank 0's name from the lock
+            holder = w.broadcast(self.lock.holder if w.main else None)
+            if not w.main:
+                path = self.run_dir / LOCK_NAME
+                w.before_abort.append(lambda: RunLock.clear_holder(path, holder))
 
     # -- the run directory ------------------------------------------------------------------
     def _resume(self, resume, overwrite: bool) -> None:
@@ -292,11 +301,30 @@ class Trainer:
         threads = self.cfg.train.threads
         limits = threadpool_limits(threads, user_api="blas") if threads else nullcontext()
         try:
-            with limits:
+            with limits, Interrupts(self.world.main) as self.interrupts:
                 return self._run(final_eval)
+        except Interrupted as e:
+            if self.world.main and not e.message:
+                e.message = self._stopped_at_once(e.signum)
+            raise
         finally:
             if self.lock:
                 self.lock.release()
+
+    def _stopped_at_once(self, signum: int, phase: str = "") -> str:
+        """What a signal that stopped the run where it was (in ``phase``, by default the
+        one it is in) leaves behind, in words."""
+        phase, name = phase or self.interrupts.phase, signal_name(signum)
+        if phase == "end":
+            return (
+                f"stopped by {name} after training (step {self.step}, saved): the test set "
+                f"was not judged; {resume_advice(self.cfg, self.world.size)} and judges it"
+            )
+        if phase == "steps":
+            where = f"a second {name} after step {self.step}"
+        else:
+            where = f"{name} {before_training(self.step)}"
+        return f"stopped at once by {where}; {resume_advice(self.cfg, self.world.size)}"
 
     def _run(self, final_eval: bool) -> TrainResult:
         cfg = self.cfg
@@ -314,10 +342,17 @@ class Trainer:
         else:
             self.echo(f"resuming {cfg.name} at step {self.step} from {self.last_checkpoint}")
         t_start = self.t_start = time.perf_counter()
+        self.interrupts.phase = "steps"
         losses, valid, stopped = self._loop(t_start)
         train_seconds = time.perf_counter() - t_start
+        if self.interrupts.signum:  # the step in flight finished and was saved
+            raise Interrupted(self.interrupts.signum, self._stopped_after_step())
         if self.last_checkpoint is None:
             self.save()
+        self.interrupts.phase = "end"
+        # rank 0 alone reads the directory; the others are told what it holds
+        kept = [p for _, p in list_checkpoints(self.ckpt_dir)] if self.world.main else None
+        kept = self.world.broadcast(kept)
         test, examples, averaged = None, [], None
         if final_eval and self.world.main:
             test, examples, averaged = final.final_evaluation(self)
@@ -328,7 +363,6 @@ class Trainer:
             f"done: step {self.step}, {len(losses)} steps in {clock(train_seconds)} "
             f"({speed:,.0f} tokens/s), {clock(elapsed)} with evaluation"
         )
-        kept = [p for _, p in list_checkpoints(self.ckpt_dir)]
         for line in report.files_written(self.run_dir, kept, averaged):
             self.echo(line)
         files = [self.run_dir / "config.json", self.metrics_path, *kept]
@@ -373,34 +407,21 @@ class Trainer:
                     tok_s=f"{window.tokens_per_s():,.0f}",
                     refresh=False,
                 )
-                if t.time_limit and time.perf_counter() - t_start >= t.time_limit:
+                time_up = bool(t.time_limit) and time.perf_counter() - t_start >= t.time_limit
+                # every rank stops after the same step: a signal any rank received, or
+                # rank 0's clock
+                signum, time_up = agree(self.world, self.interrupts.signum, time_up)
+                if time_up:
                     stopped = f"time limit of {t.time_limit:g} s reached after step {s}"
-                if t.time_limit:
-                    stopped = self.world.broadcast(stopped)  # rank 0's clock decides
                 last = s == t.steps or bool(stopped)
-                if (t.log_every and s % t.log_every == 0) or last:
-                    r = window.record(s, self.epoch, rec, self.tokens_seen)
-                    # wall time since the run began (before a resume too)
-                    r["elapsed"] = self.seconds_before + time.perf_counter() - t_start
-                    self.log(r)
-                    if not self.progress:
-                        self._line(bar, report.train_line(r, t.steps))
-                    self.window = window = Window()
                 t_aside = time.perf_counter()
-                if ((t.eval_every and s % t.eval_every == 0) or last) and self.world.main:
-                    m = final.staged(
-                        self,
-                        "validation",
-                        min(self.task.sizes()["valid"], t.eval_limit or self.task.sizes()["valid"]),
-                        lambda tick: self.task.evaluate(
-                            self.model, "valid", t.max_tokens, t.eval_limit, progress=tick
-                        ),
-                    )
-                    valid.append({"kind": "valid", "step": s, **m})
-                    self.log(valid[-1])
-                    self._line(bar, report.valid_line(s, t.steps, m, self.task.shown_valid))
-                if (t.checkpoint_every and s % t.checkpoint_every == 0) or last:
-                    self.save()
+                self._step_end(s, rec, last, bar, valid, t_start)
+                window = self.window  # a new one after a record
+                if signum:  # the step's own records, then saved (interrupts.py)
+                    self.interrupts.signum = signum
+                    if self.last_checkpoint != self.ckpt_dir / checkpoint_name(s):
+                        self.save()
+                    break
                 aside = time.perf_counter() - t_aside
                 window.t0 += aside  # tokens/s: not validation, saving
                 self.aside_seconds += aside
@@ -410,6 +431,46 @@ class Trainer:
         finally:
             bar.close()
         return losses, valid, stopped
+
+    def _step_end(self, s: int, rec: dict, last: bool, bar, valid: list, t_start: float):
+        """What the end of step ``s`` writes: its "train" record every ``log_every``
+        steps, a validation every ``eval_every``, a checkpoint every ``checkpoint_every``
+        (each also at the ``last`` step)."""
+        t = self.cfg.train
+        window = self.window
+        if (t.log_every and s % t.log_every == 0) or last:
+            r = window.record(s, self.epoch, rec, self.tokens_seen)
+            # wall time since the run began (before a resume too)
+            r["elapsed"] = self.seconds_before + time.perf_counter() - t_start
+            self.log(r)
+            if not self.progress:
+                self._line(bar, report.train_line(r, t.steps))
+            self.window = Window()
+        if ((t.eval_every and s % t.eval_every == 0) or last) and self.world.main:
+            n_valid = self.task.sizes()["valid"]
+            m = final.staged(
+                self,
+                "validation",
+                min(n_valid, t.eval_limit or n_valid),
+                lambda tick: self.task.evaluate(
+                    self.model, "valid", t.max_tokens, t.eval_limit, progress=tick
+                ),
+            )
+            valid.append({"kind": "valid", "step": s, **m})
+            self.log(valid[-1])
+            self._line(bar, report.valid_line(s, t.steps, m, self.task.shown_valid))
+        if (t.checkpoint_every and s % t.checkpoint_every == 0) or last:
+            self.save()
+
+    def _stopped_after_step(self) -> str:
+        """What a first signal during the steps leaves behind, in words (rank 0)."""
+        if not self.world.main:
+            return ""
+        if self.step >= self.cfg.train.steps:  # the last step: training is done
+            return self._stopped_at_once(self.interrupts.signum, "end")
+        name = signal_name(self.interrupts.signum)
+        advice = resume_advice(self.cfg, self.world.size)
+        return f"stopped by {name} after step {self.step}, saved: {advice}"
 
     def _line(self, bar, line: str) -> None:
         """A line of the run's log: above the progress bar, or through ``echo``."""

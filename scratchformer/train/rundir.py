@@ -55,6 +55,7 @@ class RunLock:
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LOCK_NAME
         self.taken_over = ""
+        self.holder = ""  # who holds it, as written in the file
         self._fd = None
 
     def acquire(self, echo=None) -> RunLock:
@@ -90,7 +91,8 @@ class RunLock:
             )
         os.ftruncate(fd, 0)
         started = time.strftime("%Y-%m-%d %H:%M:%S")
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {started}".encode(), 0)
+        self.holder = f"pid {os.getpid()} on {socket.gethostname()}, started {started}"
+        os.pwrite(fd, self.holder.encode(), 0)
         self._fd = fd
         return self
 
@@ -104,6 +106,19 @@ class RunLock:
             os.ftruncate(fd, 0)
         finally:
             os.close(fd)  # closing drops the flock
+
+    @staticmethod
+    def clear_holder(path: Path, holder: str) -> None:
+        """Clear ``holder``'s name from the lock file ``path`` if it is still there: done
+        by another process of the same run (a rank other than 0) that ends the job, whose
+        holder is killed before it can release the lock itself. The operating system
+        drops the holder's ``flock`` when it dies; the name goes here."""
+        try:
+            with open(path, "r+b") as f:
+                if f.read(200).decode("utf-8", errors="replace").strip() == holder:
+                    f.truncate(0)
+        except OSError:  # not there (another machine's disk), or not ours to change
+            pass
 
     def __del__(self):
         try:
