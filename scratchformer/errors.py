@@ -7,6 +7,8 @@ from deep inside a backward pass.
 
 from __future__ import annotations
 
+import dataclasses
+import numbers
 import signal
 
 
@@ -72,6 +74,57 @@ def check_same_batch(a, b, name_a: str, name_b: str) -> None:
 class ConfigError(ScratchformerError):
     """A training configuration is invalid: an unknown key, a bad value, a key that does
     not apply to the task, or settings a resumed run may not change."""
+
+
+def need(cond, message: str, error: type[Exception] = ConfigError) -> None:
+    """Raise ``error(message)`` unless ``cond``: the one check every validation is written
+    with (``need(d_model > 0, "d_model must be positive")``)."""
+    if not cond:
+        raise error(message)
+
+
+# -- the type checker of every config (model, training, tasks) -----------------------------
+#: the type names an annotation may use, and the Python types they stand for
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict, "None": type(None)}
+
+#: a type annotation's name in a user's words
+_WORDS = {
+    "int": "a whole number",
+    "float": "a number",
+    "str": "text",
+    "bool": "true or false",
+    "dict": "a table",
+    "None": "left out",
+}
+
+
+def _has_type(value, name: str) -> bool:
+    if name in ("int", "float") and isinstance(value, bool):
+        return False  # True is an int to Python, not to a config
+    if name == "int":
+        return isinstance(value, numbers.Integral)  # NumPy integers too
+    if name == "float":
+        return isinstance(value, numbers.Real)
+    return isinstance(value, _TYPES[name])
+
+
+def wrong_field_types(cls, values: dict) -> list[str]:
+    """``["d_model must be a whole number, got 'abc'", ...]`` for the entries of
+    ``values`` that are not of the annotated type of dataclass ``cls``'s field of that
+    name (``int | None`` etc.; an int may stand for a float, a bool for neither): a
+    config value of the wrong type is then a sentence, not a TypeError from a comparison
+    deep inside. Every config class (model, training, tasks) is checked by this one
+    function; each message starts with the field's name."""
+    wrong = []
+    for f in dataclasses.fields(cls):
+        names = [t.strip() for t in str(f.type).split("|")]
+        if f.name not in values or not all(t in _TYPES for t in names):
+            continue  # absent, or an annotation this check does not know: not checked
+        value = values[f.name]
+        if not any(_has_type(value, t) for t in names):
+            expected = " or ".join(_WORDS[t] for t in names)
+            wrong.append(f"{f.name} must be {expected}, got {value!r}")
+    return wrong
 
 
 class ResourceError(ScratchformerError):

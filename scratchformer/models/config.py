@@ -7,50 +7,9 @@ Table 3 rows; ``base-A1`` ... ``base-E`` are the Table 3 ablations of the base m
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from dataclasses import dataclass, field
 
-_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict, "None": type(None)}
-
-
-def _has_type(value, name: str) -> bool:
-    if name in ("int", "float") and isinstance(value, bool):
-        return False  # True is an int to Python, not to a config
-    if name == "int":
-        return isinstance(value, numbers.Integral)  # NumPy integers too
-    if name == "float":
-        return isinstance(value, numbers.Real)
-    return isinstance(value, _TYPES[name])
-
-
-#: a type annotation's name in a user's words
-_WORDS = {
-    "int": "a whole number",
-    "float": "a number",
-    "str": "text",
-    "bool": "true or false",
-    "dict": "a table",
-    "None": "left out",
-}
-
-
-def wrong_field_types(cls, values: dict) -> list[str]:
-    """``["d_model must be a whole number, got 'abc'", ...]`` for the entries of
-    ``values`` that are not of the annotated type of dataclass ``cls``'s field of that
-    name (``int | None`` etc.; an int may stand for a float, a bool for neither): a
-    config value of the wrong type is then a sentence, not a TypeError from a comparison
-    deep inside. Every config class (model, training, tasks) is checked by this one
-    function; each message starts with the field's name."""
-    wrong = []
-    for f in dataclasses.fields(cls):
-        names = [t.strip() for t in str(f.type).split("|")]
-        if f.name not in values or not all(t in _TYPES for t in names):
-            continue  # absent, or an annotation this check does not know: not checked
-        value = values[f.name]
-        if not any(_has_type(value, t) for t in names):
-            expected = " or ".join(_WORDS[t] for t in names)
-            wrong.append(f"{f.name} must be {expected}, got {value!r}")
-    return wrong
+from scratchformer.errors import ConfigError, need, wrong_field_types
 
 
 @dataclass
@@ -102,10 +61,13 @@ class TransformerConfig:
         return self.src_vocab_size or self.vocab_size
 
     def validate(self) -> None:
-        def need(cond, msg):
-            if not cond:
-                raise ValueError(f"invalid TransformerConfig: {msg}")
+        """Raise ConfigError (a ValueError) naming the first field that is wrong."""
+        try:
+            self._check()
+        except ConfigError as e:
+            raise ConfigError(f"invalid TransformerConfig: {e}") from None
 
+    def _check(self) -> None:
         wrong = wrong_field_types(type(self), vars(self))
         need(not wrong, "; ".join(wrong))
         need(self.vocab_size >= 2, f"vocab_size must be >= 2, got {self.vocab_size}")

@@ -31,11 +31,10 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from scratchformer.errors import ConfigError
+from scratchformer.errors import ConfigError, need, wrong_field_types
 from scratchformer.models import TransformerConfig
-from scratchformer.models.config import wrong_field_types
 from scratchformer.train.tasks import TASKS
-from scratchformer.train.tasks.base import TOKENIZER_KEYS, need
+from scratchformer.train.tasks.base import TOKENIZER_KEYS
 
 try:
     import tomllib

@@ -32,9 +32,8 @@ from typing import NamedTuple
 from scratchformer import backend, memory
 from scratchformer.data.batching import fixed_batches
 from scratchformer.data.vocab import Vocab
-from scratchformer.errors import ConfigError
+from scratchformer.errors import ConfigError, need, wrong_field_types
 from scratchformer.models import PRESETS, TransformerConfig
-from scratchformer.models.config import wrong_field_types
 from scratchformer.train.evaluation import teacher_forced
 
 #: [model] keys the tokenizer decides
@@ -53,11 +52,6 @@ def check_settings(obj, section: str = "task") -> None:
     wrong = wrong_field_types(type(obj), vars(obj))
     if wrong:
         raise ConfigError("; ".join(f"{section}.{w}" for w in wrong))
-
-
-def need(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ConfigError(msg)
 
 
 def check_decoding(s) -> None:
@@ -215,6 +209,5 @@ __all__ = [
     "TaskBatch",
     "check_decoding",
     "check_settings",
-    "need",
     "pad_rows",
 ]

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from scratchformer import backend
 from scratchformer.data.text import load_labelled, words
 from scratchformer.data.tokenizers import WhitespaceTokenizer
-from scratchformer.errors import ConfigError
+from scratchformer.errors import ConfigError, need
 from scratchformer.models import EncoderClassifier
-from scratchformer.train.tasks.base import Task, TaskBatch, check_settings, need, pad_rows
+from scratchformer.train.tasks.base import Task, TaskBatch, check_settings, pad_rows
 
 SPLIT_FILES = {"train": "train", "valid": "dev", "test": "test"}
 

@@ -16,8 +16,9 @@ from scratchformer import backend
 from scratchformer.data.text import load_lines
 from scratchformer.data.tokenizers import CharTokenizer
 from scratchformer.decode.sample import generate
+from scratchformer.errors import need
 from scratchformer.models import LanguageModel
-from scratchformer.train.tasks.base import Task, TaskBatch, check_settings, need, pad_rows
+from scratchformer.train.tasks.base import Task, TaskBatch, check_settings, pad_rows
 
 SPLIT_FILES = {"train": "train", "valid": "dev", "test": "test"}
 

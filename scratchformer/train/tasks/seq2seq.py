@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from scratchformer.bleu import ScoringError, corpus_scores
 from scratchformer.data.batching import collate, example_widths, fixed_batches
 from scratchformer.data.tasks import string_task, translation_task
+from scratchformer.errors import need
 from scratchformer.models import Transformer
 from scratchformer.train.evaluation import decode_outputs
-from scratchformer.train.tasks.base import Task, TaskBatch, check_decoding, check_settings, need
+from scratchformer.train.tasks.base import Task, TaskBatch, check_decoding, check_settings
 
 
 def pair_batch(pairs, indices) -> TaskBatch:
