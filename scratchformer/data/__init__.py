@@ -12,12 +12,12 @@ from scratchformer.data.batching import (
     padding_fraction,
     random_batches,
 )
-from scratchformer.data.tasks import (
-    STRING_TASKS,
-    TaskData,
-    TaskError,
-    string_task,
-    translation_task,
+from scratchformer.data.pairs import (
+    STRING_RULES,
+    DataError,
+    Pairs,
+    string_pairs,
+    translation_pairs,
 )
 from scratchformer.data.text import CorpusError, load_labelled, load_lines, words
 from scratchformer.data.tokenizers import (
@@ -31,14 +31,14 @@ from scratchformer.data.vocab import SPECIALS, Vocab, VocabError
 
 __all__ = [
     "SPECIALS",
-    "STRING_TASKS",
+    "STRING_RULES",
     "TOKENIZERS",
     "Batch",
     "BatchingError",
     "CharTokenizer",
     "CorpusError",
-    "TaskData",
-    "TaskError",
+    "Pairs",
+    "DataError",
     "TokenBatchSampler",
     "Tokenizer",
     "Vocab",
@@ -52,8 +52,8 @@ __all__ = [
     "load_lines",
     "padding_fraction",
     "random_batches",
-    "string_task",
+    "string_pairs",
     "tokenizer_from_dict",
-    "translation_task",
+    "translation_pairs",
     "words",
 ]

@@ -229,11 +229,11 @@ def _read_evaluate(c, data):
 
 
 def _read_bpe(c, data):
-    from scratchformer.data.tasks import translation_task  # noqa: PLC0415  (needs the bpe extra)
+    from scratchformer.data.pairs import translation_pairs  # noqa: PLC0415  (needs the bpe extra)
 
     d = write_translation(c.tmp / "bpe")
     (d / "train.tsv").write_bytes(data)
-    task = translation_task(d, vocab_size=350, max_len=30)
+    task = translation_pairs(d, vocab_size=350, max_len=30)
     return task.tokenizer.to_dict(), len(task.train) + task.dropped
 
 

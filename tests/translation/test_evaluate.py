@@ -131,19 +131,19 @@ def test_empty_split_is_an_error(tmp_path, bpe, data_dir, capsys):
 
 
 def test_translation_task_loads_tsv_with_a_cached_joint_bpe(data_dir):
-    from scratchformer.data.tasks import TaskError, translation_task  # noqa: PLC0415
+    from scratchformer.data.pairs import DataError, translation_pairs  # noqa: PLC0415
 
-    data = translation_task(str(data_dir), vocab_size=350, max_len=12)
+    data = translation_pairs(str(data_dir), vocab_size=350, max_len=12)
     assert (data_dir / "spm-bpe-350.json").is_file()
     assert len(data.train) + data.dropped == 120 and len(data.test) == 6
     assert all(len(s) <= 12 and len(t) <= 12 for s, t in data.encoded("train"))
-    again = translation_task(str(data_dir), vocab_size=350, max_len=12)  # from the cache
+    again = translation_pairs(str(data_dir), vocab_size=350, max_len=12)  # from the cache
     assert again.tokenizer.vocab == data.tokenizer.vocab
-    with pytest.raises(TaskError, match="data_dir"):
-        translation_task("", vocab_size=350, max_len=12)
+    with pytest.raises(DataError, match="data_dir"):
+        translation_pairs("", vocab_size=350, max_len=12)
     (data_dir / "train.tsv").write_text("hola\n", encoding="utf-8")
     with pytest.raises(Exception, match=r"train\.tsv:1: expected source<TAB>target"):
-        translation_task(str(data_dir), vocab_size=350, max_len=12)
+        translation_pairs(str(data_dir), vocab_size=350, max_len=12)
 
 
 def test_training_a_few_steps_and_resuming_checks_the_vocabulary(tmp_path, data_dir, monkeypatch):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from scratchformer.bleu import ScoringError, corpus_scores
 from scratchformer.data.batching import collate, example_widths, fixed_batches
-from scratchformer.data.tasks import string_task, translation_task
+from scratchformer.data.pairs import string_pairs, translation_pairs
 from scratchformer.errors import need
 from scratchformer.models import Transformer
 from scratchformer.train.evaluation import decode_outputs
@@ -78,7 +78,7 @@ class TranslateSettings:
 
 
 class Seq2SeqTask(Task):
-    """Shared by the string tasks and translation: ``self.data`` is a ``TaskData``."""
+    """Shared by the string tasks and translation: ``self.data`` holds their ``Pairs``."""
 
     min_len = 0  # fewest output tokens of test-time decoding
     shown_valid = ("loss", "ppl", "token_acc", "seq_acc")
@@ -150,7 +150,7 @@ class StringTask(Seq2SeqTask):
     def __init__(self, settings: StringSettings):
         super().__init__(settings)
         s = settings
-        self.data = string_task(
+        self.data = string_pairs(
             s.name,
             symbols=s.symbols,
             min_len=s.min_len,
@@ -176,7 +176,7 @@ class TranslateTask(Seq2SeqTask):
     def __init__(self, settings: TranslateSettings):
         super().__init__(settings)
         s = settings
-        self.data = translation_task(s.data_dir, vocab_size=s.vocab_size, max_len=s.max_len)
+        self.data = translation_pairs(s.data_dir, vocab_size=s.vocab_size, max_len=s.max_len)
         self.tokenizer = self.data.tokenizer
 
     def notes(self) -> list[str]:

@@ -1,4 +1,4 @@
-"""Sequence-to-sequence data: the built-in string tasks and translation pairs.
+"""Sequence-to-sequence data: the pairs of the built-in string tasks, and translation pairs.
 
     copy     "cabd" -> "cabd"
     reverse  "cabd" -> "dbac"       (every output position must attend to a different
@@ -35,24 +35,26 @@ from scratchformer.data.bible_pairs import read_pairs
 from scratchformer.data.bpe import BPETokenizer
 from scratchformer.data.tokenizers import CharTokenizer, Tokenizer, tokenizer_from_dict
 from scratchformer.data.vocab import Vocab
-from scratchformer.errors import ScratchformerError
+from scratchformer.errors import ScratchformerError, need
 from scratchformer.progress import progress_bar
 
-#: the built-in string tasks: name -> the target of a source string
-STRING_TASKS = {
+#: the rules of the built-in string tasks: name -> the target of a source string
+STRING_RULES = {
     "copy": lambda s: s,
     "reverse": lambda s: s[::-1],
     "sort": lambda s: "".join(sorted(s)),
 }
 
 
-class TaskError(ScratchformerError):
-    """A task's settings cannot produce the data asked for."""
+class DataError(ScratchformerError):
+    """The ``[task]`` settings cannot produce the pairs asked for, or their files are
+    unusable."""
 
 
 @dataclass
-class TaskData:
-    """The text pairs of the three splits and the tokenizer that encodes them."""
+class Pairs:
+    """The (source, target) text pairs of the three splits and the tokenizer that
+    encodes them."""
 
     tokenizer: Tokenizer
     train: list  # [(source text, target text)]
@@ -87,7 +89,7 @@ def _sample(
     while len(out) < n:
         tries += 1
         if tries > max_tries:
-            raise TaskError(
+            raise DataError(
                 f"could not draw {n} {'held-out' if evaluation else 'training'} sequences "
                 f"from {len(alphabet)} symbols of lengths {min_len}-{max_len}: "
                 "use more symbols or longer sequences"
@@ -101,7 +103,7 @@ def _sample(
     return out
 
 
-def string_task(
+def string_pairs(
     name: str,
     *,
     symbols: int,
@@ -112,22 +114,23 @@ def string_task(
     test_size: int,
     held_out: float,
     seed: int,
-) -> TaskData:
+) -> Pairs:
     """The three splits of the built-in task ``name`` ("copy", "reverse" or "sort"),
     seeded by ``seed``; the tokenizer has one id per letter."""
-
-    def need(cond, msg):
-        if not cond:
-            raise TaskError(f"task.{msg}")
-
     need(
-        name in STRING_TASKS, f"name {name!r} is not a string task: expected {sorted(STRING_TASKS)}"
+        name in STRING_RULES,
+        f"task.name {name!r} is not a string task: expected {sorted(STRING_RULES)}",
+        DataError,
     )
-    need(1 <= symbols <= 26, f"symbols must be in [1, 26], got {symbols}")
-    need(1 <= min_len <= max_len, f"min_len must be in [1, max_len], got {min_len} and {max_len}")
-    need(0.0 < held_out < 1.0, f"held_out must be in (0, 1), got {held_out}")
+    need(1 <= symbols <= 26, f"task.symbols must be in [1, 26], got {symbols}", DataError)
+    need(
+        1 <= min_len <= max_len,
+        f"task.min_len must be in [1, max_len], got {min_len} and {max_len}",
+        DataError,
+    )
+    need(0.0 < held_out < 1.0, f"task.held_out must be in (0, 1), got {held_out}", DataError)
     for n, v in (("train_size", train_size), ("valid_size", valid_size), ("test_size", test_size)):
-        need(v >= 1, f"{n} must be >= 1, got {v}")
+        need(v >= 1, f"task.{n} must be >= 1, got {v}", DataError)
     total = train_size + valid_size + test_size
     memory.need_memory(
         total * (STRING_BYTES + 40 * max_len),
@@ -136,7 +139,7 @@ def string_task(
     )
     rng = backend.host_rng([seed, 1])
     alphabet = string.ascii_lowercase[:symbols]
-    draw = (STRING_TASKS[name], alphabet, min_len, max_len, held_out, rng)
+    draw = (STRING_RULES[name], alphabet, min_len, max_len, held_out, rng)
     # about 30 us a string: a large task draws a bar (on a terminal) rather than sit silent
     bar = progress_bar(total, "drawing strings", "string", disable=None) if total > 1e5 else None
     train = _sample(*draw, train_size, evaluation=False, bar=bar)
@@ -144,7 +147,7 @@ def string_task(
     test = _sample(*draw, test_size, evaluation=True, bar=bar)
     if bar is not None:
         bar.close()
-    return TaskData(CharTokenizer(Vocab(alphabet)), train, valid, test)
+    return Pairs(CharTokenizer(Vocab(alphabet)), train, valid, test)
 
 
 def translation_tokenizer(data_dir, vocab_size: int, train_pairs) -> Tokenizer:
@@ -160,7 +163,7 @@ def translation_tokenizer(data_dir, vocab_size: int, train_pairs) -> Tokenizer:
             if isinstance(cached, dict) and cached.get("key") == key:
                 return tokenizer_from_dict(cached["tokenizer"])
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, ScratchformerError) as e:
-            raise TaskError(
+            raise DataError(
                 f"cannot read the cached BPE vocabulary {path} ({e}): delete it"
             ) from None
     tok = BPETokenizer.train([s for s, _ in train_pairs] + [t for _, t in train_pairs], vocab_size)
@@ -179,22 +182,22 @@ def bpe_key(train_pairs, vocab_size: int) -> str:
     return h.hexdigest()
 
 
-def translation_task(data_dir, *, vocab_size: int, max_len: int) -> TaskData:
+def translation_pairs(data_dir, *, vocab_size: int, max_len: int) -> Pairs:
     """``{data_dir}/{train,dev,test}.tsv`` with the joint BPE (see the module doc); the
     ``valid`` split is dev.tsv."""
     if not data_dir:
-        raise TaskError("task translate needs data_dir (--data-dir data/bible)")
+        raise DataError("task translate needs data_dir (--data-dir data/bible)")
     if vocab_size <= 260:
-        raise TaskError(f"vocab_size must be > 260, got {vocab_size}")
+        raise DataError(f"vocab_size must be > 260, got {vocab_size}")
     if max_len < 1:
-        raise TaskError(f"max_len must be >= 1, got {max_len}")
+        raise DataError(f"max_len must be >= 1, got {max_len}")
     d = Path(data_dir)
     train, valid, test = (read_pairs(d / f"{s}.tsv") for s in ("train", "dev", "test"))
-    data = TaskData(translation_tokenizer(d, vocab_size, train), train, valid, test)
+    data = Pairs(translation_tokenizer(d, vocab_size, train), train, valid, test)
     enc = data.encoded("train")
     keep = [i for i, (s, t) in enumerate(enc) if len(s) <= max_len and len(t) <= max_len]
     if not keep:
-        raise TaskError(f"no training pair of {d / 'train.tsv'} fits task.max_len={max_len}")
+        raise DataError(f"no training pair of {d / 'train.tsv'} fits task.max_len={max_len}")
     data.dropped = len(train) - len(keep)
     data.train = [train[i] for i in keep]
     data._encoded["train"] = [enc[i] for i in keep]
@@ -202,11 +205,11 @@ def translation_task(data_dir, *, vocab_size: int, max_len: int) -> TaskData:
 
 
 __all__ = [
-    "STRING_TASKS",
-    "TaskData",
-    "TaskError",
+    "STRING_RULES",
+    "Pairs",
+    "DataError",
     "is_held_out",
-    "string_task",
-    "translation_task",
+    "string_pairs",
+    "translation_pairs",
     "translation_tokenizer",
 ]

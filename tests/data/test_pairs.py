@@ -1,8 +1,9 @@
-"""Built-in string tasks: correct targets, held-out sources never trained on, seeded."""
+"""The pairs of the built-in string tasks: correct targets, held-out sources never
+trained on, seeded."""
 
 import pytest
 
-from scratchformer.data import TaskError, string_task
+from scratchformer.data import DataError, string_pairs
 
 #: the settings of the default task (configs/reverse.toml), smaller splits
 SPEC = dict(
@@ -18,7 +19,7 @@ SPEC = dict(
 
 
 def task(name="reverse", **kw):
-    return string_task(name, **{**SPEC, **kw})
+    return string_pairs(name, **{**SPEC, **kw})
 
 
 @pytest.mark.parametrize(
@@ -51,9 +52,9 @@ def test_seeded_and_encoded_without_specials():
 
 
 def test_impossible_settings_are_clear_errors():
-    with pytest.raises(TaskError, match="not a string task"):
+    with pytest.raises(DataError, match="not a string task"):
         task("paraphrase")
-    with pytest.raises(TaskError, match=r"min_len must be in \[1, max_len\]"):
+    with pytest.raises(DataError, match=r"min_len must be in \[1, max_len\]"):
         task(min_len=5, max_len=3)
-    with pytest.raises(TaskError, match="could not draw"):  # 1 symbol, length 1: one string
+    with pytest.raises(DataError, match="could not draw"):  # 1 symbol, length 1: one string
         task(symbols=1, min_len=1, max_len=1, train_size=5, held_out=0.5)
