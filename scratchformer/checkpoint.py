@@ -51,13 +51,14 @@ from scratchformer.checkpoint_fields import (
     CheckpointError,
 )
 from scratchformer.checkpoint_read import (
-    MODEL_CLASSES,
     Checkpoint,
     load_checkpoint,
     load_with_tokenizer,
     read_params,
 )
-from scratchformer.models import EncoderClassifier, TransformerConfig
+from scratchformer.errors import ConfigError
+from scratchformer.models import TransformerConfig
+from scratchformer.models.sizes import MODEL_CLASSES, model_spec
 
 #: ``checkpoint_<step>.npz``: the step is read as a number (``checkpoint_10`` after ``_9``).
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)\.npz$")
@@ -165,13 +166,10 @@ def _fault_point(point: str, path: Path) -> None:
 
 def _model_spec(model) -> dict:
     """What, besides its config, rebuilds ``model``: its class (and a classifier's classes)."""
-    name = type(model).__name__
-    if name not in MODEL_CLASSES:
-        raise CheckpointError(f"cannot save a {name}: expected one of {sorted(MODEL_CLASSES)}")
-    spec = {"class": name}
-    if isinstance(model, EncoderClassifier):
-        spec["num_classes"] = model.num_classes
-    return spec
+    try:
+        return model_spec(model)
+    except ConfigError as e:
+        raise CheckpointError(f"cannot save it: {e}") from None
 
 
 def _create_temporary(path: Path) -> tuple[int, str]:

@@ -10,8 +10,10 @@ refused before its arrays are inflated (a 2 MB zip can inflate to gigabytes):
    JSON header with the same shape and dtype, no Python objects, and a size in the zip
    directory equal to that of the array it declares;
 4. the total of the declared arrays against the memory available;
-5. (``load_checkpoint``) the model the config describes: its size against the memory
-   available, then every listed shape and dtype against its parameters;
+5. the model the config describes, before it is built: its number of parameter arrays
+   (read from the modules' own declarations, ``scratchformer.models.sizes``, in a time
+   that does not grow with its layers) against the arrays listed, its size against the
+   memory available, then every listed name, shape and dtype against its parameters;
 6. only then the arrays, each member's CRC-32 checked as it is read; every array must be
    finite (a checkpoint with NaN or infinite parameters or moments is refused, never
    loaded for translation or for resuming), Adam's second moments non-negative.
@@ -40,17 +42,23 @@ from scratchformer.checkpoint_fields import (
     checked_tokenizer,
     show_size,
 )
-from scratchformer.errors import StateDictError
-from scratchformer.models import EncoderClassifier, LanguageModel, Transformer, TransformerConfig
+from scratchformer.errors import ConfigError, StateDictError
+from scratchformer.models import TransformerConfig
+from scratchformer.models.sizes import (
+    MODEL_CLASSES,
+    build_model,
+    describe,
+    model_bytes,
+    model_class,
+    parameter_shapes,
+    parameter_totals,
+)
 
 #: the largest ``__meta__`` member read (a BPE tokenizer model inside it is a few MB)
 MAX_HEADER_BYTES = 64 * 2**20
 
 #: the largest ``.npy`` header read (NumPy's own limit): the dict of shape and dtype
 NPY_HEADER_MAX = 10_000
-
-#: the model classes a checkpoint can hold, by name
-MODEL_CLASSES = {cls.__name__: cls for cls in (Transformer, LanguageModel, EncoderClassifier)}
 
 #: what a damaged zip raises while it is read (each maps to "truncated or corrupted")
 _DAMAGED = (
@@ -290,53 +298,42 @@ def _model_spec_of(header: dict) -> dict:
     return spec
 
 
-def _parameter_floor(config: TransformerConfig, spec: dict) -> int:
-    """A lower bound of the parameter count of the model ``config`` describes: the
-    embedding, and per layer the attention projections and the feed-forward network."""
-    D, h = config.d_model, config.h
-    d_k = config.d_k or D // h
-    d_v = config.d_v or D // h
-    layer = D * h * (2 * d_k + d_v) + h * d_v * D + 2 * D * config.d_ff
-    layers = config.N + (config.N_dec if spec["class"] == "Transformer" else 0)
-    classes = int(spec.get("num_classes", 0)) if spec["class"] == "EncoderClassifier" else 0
-    return config.vocab_size * D + layers * layer + classes * D
-
-
-def _build_model(header: dict, config: TransformerConfig, path):
-    """The empty model a checkpoint's parameters load into, once its size (parameters,
-    gradients and the positional table) fits in the memory available."""
+def _check_model(header: dict, config: TransformerConfig, path) -> dict:
+    """The model a checkpoint's parameters load into, checked before it is built: its
+    class, then its number of parameter arrays against the arrays listed (so that a small
+    file declaring a huge model is refused at once, and the names read below are as many
+    as the file lists), its size (parameters and gradients, with the arrays read) against
+    the memory available, then every listed name, shape and dtype against its
+    parameters. Returns its spec."""
     spec = _model_spec_of(header)
-    if not isinstance(spec, dict) or spec.get("class") not in MODEL_CLASSES:
-        raise CheckpointError(f"checkpoint {path} names an unknown model class: {spec!r}")
-    num_classes = spec.get("num_classes", 0)
-    if spec["class"] == "EncoderClassifier" and (
-        not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 2
-    ):
+    try:
+        model_class(spec)
+        tensors, _ = parameter_totals(spec, config)
+    except (ConfigError, TypeError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {path}: cannot describe its model: {e}") from None
+    arrays = header["arrays"]
+    listed = [k for k in arrays if k.startswith(MODEL_PREFIX)]
+    if len(listed) != tensors:  # the names and shapes are read once the counts agree
         raise CheckpointError(
-            f"checkpoint {path}: model.num_classes must be an integer >= 2, got {num_classes!r}"
+            f"checkpoint {path}: its parameters do not match the model its config describes: "
+            f"it lists {len(listed)} parameter arrays, {describe(spec, config)} has {tensors}"
         )
-    itemsize = backend.np.dtype(backend.get_dtype()).itemsize
-    table = config.max_len * config.d_model * 8
+    declared = sum(math.prod(shape) * backend.np.dtype(d).itemsize for shape, d in arrays.values())
     _check_memory(
         path,
-        2 * itemsize * _parameter_floor(config, spec) + table,
-        "the model its config describes needs",
+        declared + model_bytes(spec, config),
+        f"the model its config describes ({describe(spec, config)}) and its arrays need",
     )
-    try:
-        if spec["class"] == "EncoderClassifier":
-            return EncoderClassifier(config, num_classes)
-        return MODEL_CLASSES[spec["class"]](config)
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {path}: cannot build its model: {e}") from None
+    _check_shapes(header, parameter_shapes(spec, config), path)
+    return spec
 
 
-def _check_against_model(header: dict, model, path) -> None:
+def _check_shapes(header: dict, shapes: dict, path) -> None:
     """Before any array is read: the listed parameters and moments are the model's, of
     its shapes and its dtype (never cast)."""
-    params = model.parameters()
     listed = header["arrays"]
     names = {k[len(MODEL_PREFIX) :] for k in listed if k.startswith(MODEL_PREFIX)}
-    missing, extra = sorted(set(params) - names), sorted(names - set(params))
+    missing, extra = sorted(set(shapes) - names), sorted(names - set(shapes))
     if missing or extra:
         raise CheckpointError(
             f"checkpoint {path}: its parameters do not match the model its config describes: "
@@ -345,17 +342,17 @@ def _check_against_model(header: dict, model, path) -> None:
     prefixes = [MODEL_PREFIX] + ([*OPTIM_PREFIXES.values()] if header["optimizer"] else [])
     want_dtype = str(backend.np.dtype(backend.get_dtype()))
     for prefix in prefixes:
-        for k, p in params.items():
+        for k, shape in shapes.items():
             name = prefix + k
             if name not in listed:
                 raise CheckpointError(
                     f"checkpoint {path}: it has optimizer state but no array {name!r}"
                 )
-            shape, dtype = listed[name]
-            if tuple(shape) != tuple(p.shape):
+            stored, dtype = listed[name]
+            if tuple(stored) != tuple(shape):
                 raise CheckpointError(
                     f"checkpoint {path}: state dict shapes do not match the model: {name!r} "
-                    f"is {shape}, the model's {k} is {list(p.shape)}"
+                    f"is {stored}, the model's {k} is {list(shape)}"
                 )
             if dtype != want_dtype:
                 raise CheckpointError(
@@ -375,8 +372,11 @@ def _read_checked(path) -> tuple:
             config = TransformerConfig.from_dict(header["config"])
         except (TypeError, ValueError) as e:
             raise CheckpointError(f"checkpoint {path} holds an invalid model config: {e}") from None
-        model = _build_model(header, config, path)
-        _check_against_model(header, model, path)
+        spec = _check_model(header, config, path)
+        try:
+            model = build_model(spec, config)
+        except (ConfigError, TypeError, ValueError) as e:
+            raise CheckpointError(f"checkpoint {path}: cannot build its model: {e}") from None
         return header, config, model, reader.arrays()
 
 

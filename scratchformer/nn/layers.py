@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from scratchformer import backend
-from scratchformer.backend import xp
-from scratchformer.nn.module import Module, normal, xavier_uniform
+from scratchformer.nn.module import Module, allocating, normal, ones, xavier_uniform, zeros
 from scratchformer.ops.activations import ACTIVATIONS, ACTIVATIONS_INPLACE
 from scratchformer.ops.dropout import DropoutCache, dropout_backward, dropout_forward
 from scratchformer.ops.embedding import EmbeddingCache, embedding_forward
@@ -33,7 +32,7 @@ class Linear(Module):
         rng = rng or backend.host_rng(0)
         self.add_parameter("W", xavier_uniform(rng, d_in, d_out))
         if bias:
-            self.add_parameter("b", xp.zeros(d_out))
+            self.add_parameter("b", zeros(d_out))
 
     def forward(self, x):
         return linear_forward(x, self.params["W"], self.params.get("b"))
@@ -101,8 +100,10 @@ class PositionalEncoding(Module):
     def __init__(self, max_len: int, d_model: int, kind: str = "sinusoidal", rng=None):
         super().__init__()
         self.max_len, self.kind = max_len, kind
-        if kind == "sinusoidal":
-            self.table = sinusoidal_table(max_len, d_model, backend.get_dtype())
+        if kind == "sinusoidal":  # a constant: not made when only shapes are asked for
+            self.table = (
+                sinusoidal_table(max_len, d_model, backend.get_dtype()) if allocating() else None
+            )
         elif kind == "learned":
             rng = rng or backend.host_rng(0)
             self.add_parameter("P", normal(rng, d_model**-0.5, (max_len, d_model)))
@@ -129,8 +130,8 @@ class LayerNorm(Module):
     def __init__(self, d_model: int, eps: float = 1e-5):
         super().__init__()
         self.eps = eps
-        self.add_parameter("gamma", xp.ones(d_model))
-        self.add_parameter("beta", xp.zeros(d_model))
+        self.add_parameter("gamma", ones(d_model))
+        self.add_parameter("beta", zeros(d_model))
 
     def forward(self, x):
         return layernorm_forward(x, self.params["gamma"], self.params["beta"], self.eps)
@@ -185,8 +186,8 @@ class AddNorm(Module):
         super().__init__()
         self.eps = eps
         self.norm_first = norm_first
-        self.add_parameter("gamma", xp.ones(d_model))
-        self.add_parameter("beta", xp.zeros(d_model))
+        self.add_parameter("gamma", ones(d_model))
+        self.add_parameter("beta", zeros(d_model))
         self.dropout = Dropout(P_drop)
 
     def _norm(self, x):
@@ -245,9 +246,9 @@ class PositionwiseFeedForward(Module):
         self._act_forward_, self._act_backward_ = ACTIVATIONS_INPLACE[activation]
         self.dropout = Dropout(P_drop_ffn)
         self.add_parameter("W_1", xavier_uniform(rng, d_model, d_ff))
-        self.add_parameter("b_1", xp.zeros(d_ff))
+        self.add_parameter("b_1", zeros(d_ff))
         self.add_parameter("W_2", xavier_uniform(rng, d_ff, d_model))
-        self.add_parameter("b_2", xp.zeros(d_model))
+        self.add_parameter("b_2", zeros(d_model))
 
     def forward(self, x, rng=None):
         """x (B, T, D)  ->  (B, T, D)."""

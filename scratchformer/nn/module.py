@@ -10,16 +10,68 @@ in several places (the tied embedding) is named once, at its first path.
 
 Parameters are always updated in place (the optimizer writes ``p -= ...``,
 ``load_state_dict`` writes ``p[...] = value``), so references held elsewhere stay valid.
+
+``Module.parameter_shapes(*args)`` answers the names and shapes of the parameters a
+module built with ``args`` has, without allocating them: the constructor itself runs
+inside ``shapes_only()``, where the initialisers below (``xavier_uniform``, ``normal``,
+``zeros``, ``ones``) return a ``Declared`` shape instead of an array. The shapes are so
+read from the one place that declares them, and a memory estimate or a checkpoint's
+shape check can use them before anything is allocated.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 from scratchformer import backend
 from scratchformer.backend import xp
 from scratchformer.errors import StateDictError
 from scratchformer.nn.flat import FlatParameters
+
+
+class Declared:
+    """A parameter declared but not allocated (inside ``shapes_only()``): its shape alone.
+    An initialiser's writes into it (an embedding's zeroed padding row) are dropped."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape):
+        self.shape = tuple(int(n) for n in shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"Declared{self.shape}"
+
+
+_SHAPES_ONLY = [False]
+
+
+@contextlib.contextmanager
+def shapes_only():
+    """Modules built inside declare their parameters (``Declared`` shapes) and allocate
+    nothing: no parameter, gradient or constant table."""
+    before = _SHAPES_ONLY[0]
+    _SHAPES_ONLY[0] = True
+    try:
+        yield
+    finally:
+        _SHAPES_ONLY[0] = before
+
+
+def allocating() -> bool:
+    """False inside ``shapes_only()``: a constructor skips its constant tables then."""
+    return not _SHAPES_ONLY[0]
 
 
 class Module:
@@ -38,7 +90,11 @@ class Module:
 
     # -- parameters ---------------------------------------------------------------------
     def add_parameter(self, name: str, value):
-        """Register ``value`` (host or device array) as a parameter in the default dtype."""
+        """Register ``value`` (host or device array) as a parameter in the default dtype
+        (a ``Declared`` shape inside ``shapes_only()``, for parameter and gradient)."""
+        if isinstance(value, Declared):
+            self.params[name] = self.grads[name] = value
+            return value
         value = backend.asarray(value, dtype=backend.get_dtype())
         self.params[name] = value
         self.grads[name] = xp.zeros_like(value)
@@ -102,6 +158,15 @@ class Module:
         vars(self).update(state)
         if flattened:
             self.flatten()
+
+    @classmethod
+    def parameter_shapes(cls, *args, **kwargs) -> dict[str, tuple]:
+        """``{dotted name: shape}`` of the parameters of ``cls(*args, **kwargs)``, in the
+        order of ``parameters()``, read from the constructor run inside
+        ``shapes_only()``: nothing is allocated (``Transformer.parameter_shapes(config)``)."""
+        with shapes_only():
+            module = cls(*args, **kwargs)
+        return {name: p.shape for name, p in module.parameters().items()}
 
     def num_parameters(self) -> int:
         return sum(int(p.size) for p in self.parameters().values())
@@ -204,11 +269,28 @@ class ModuleList(Module):
 
 
 # -- initialisation (on the host, seeded, then moved to the backend) -------------------
+# Inside ``shapes_only()`` each returns the ``Declared`` shape and draws nothing.
 def xavier_uniform(rng, fan_in: int, fan_out: int, shape=None):
     """U(-a, a), a = sqrt(6 / (fan_in + fan_out)) (Glorot and Bengio, 2010)."""
+    shape = shape or (fan_in, fan_out)
+    if _SHAPES_ONLY[0]:
+        return Declared(shape)
     a = math.sqrt(6.0 / (fan_in + fan_out))
-    return rng.uniform(-a, a, size=shape or (fan_in, fan_out))
+    return rng.uniform(-a, a, size=shape)
 
 
 def normal(rng, std: float, shape):
+    """N(0, std^2) entries."""
+    if _SHAPES_ONLY[0]:
+        return Declared(shape)
     return rng.normal(0.0, std, size=shape)
+
+
+def zeros(*shape: int):
+    """A parameter's initial zeros (biases, LayerNorm's beta): ``zeros(d_out)``."""
+    return Declared(shape) if _SHAPES_ONLY[0] else xp.zeros(shape)
+
+
+def ones(*shape: int):
+    """A parameter's initial ones (LayerNorm's gamma)."""
+    return Declared(shape) if _SHAPES_ONLY[0] else xp.ones(shape)

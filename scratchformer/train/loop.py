@@ -64,6 +64,7 @@ from scratchformer.progress import clock
 from scratchformer.train import final, report
 from scratchformer.train.config import TrainConfig
 from scratchformer.train.interrupts import Interrupts, agree, before_training, resume_advice
+from scratchformer.train.limits import check_accumulation, check_training_memory, local_processes
 from scratchformer.train.report import TrainResult
 from scratchformer.train.resume import check_ranks, check_resumable
 from scratchformer.train.rundir import (
@@ -120,12 +121,16 @@ class Trainer:
         w.broadcast(None)  # the other ranks build the task after rank 0, from its caches
         if self.task is None:
             self.task = TASKS[cfg.task.name](cfg.task)
-        self.model_config = self.task.configure(cfg.model, cfg.seed)
-        self.model = self.task.build_model(self.model_config)
         t, o = cfg.train, cfg.optim
+        self.model_config = self.task.configure(cfg.model, cfg.seed)
+        check_training_memory(  # before any parameter is allocated
+            self.task.model_spec(), self.model_config, t.max_tokens, local_processes(w.size)
+        )
         self.sampler = TokenBatchSampler(
             self.task.widths("train"), t.max_tokens, cfg.seed, t.max_sentences or None
         )
+        check_accumulation(t.accum_steps, len(self.sampler))
+        self.model = self.task.build_model(self.model_config)
         self.flat = self.model.flatten()  # every parameter in one array, every gradient too
         self.optimizer = Adam(self.flat, o.beta1, o.beta2, o.eps, o.weight_decay)
         self.schedule = make_schedule(

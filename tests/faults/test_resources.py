@@ -268,7 +268,7 @@ def test_too_many_samples_are_refused_with_the_estimate(lm_checkpoint, refused):
     "setting, fragments",
     [
         ("task.train_size=1000000000", ["generated strings", "lower task.train_size"]),
-        ("model.max_len=1000000000", ["a model of max_len 1000000000", "lower model.max_len"]),
+        ("model.max_len=1000000000", ["max_len 1000000000)", "lower model.max_len"]),
     ],
 )
 def test_a_run_that_cannot_fit_is_refused_before_it_starts(tmp_path, refused, setting, fragments):

@@ -8,7 +8,8 @@ validation, checkpoints, averaging, exact resume, the time limit, threads). A ta
                         the defaults are in its shipped config, ``config``)
     __init__(settings)  reads or makes the data and the tokenizer
     configure(model, seed) -> TransformerConfig      the ``[model]`` section resolved
-    build_model(config)    -> the model: Transformer, LanguageModel or EncoderClassifier
+    model_spec()           -> its model's class and arguments (``models.sizes``):
+                           a Transformer, LanguageModel or EncoderClassifier
     widths(split)          -> (N,) padded width of each example (token-budget batching)
     batch(split, indices)  -> TaskBatch: the model's inputs, the targets, tokens counted
     evaluate(model, split, max_tokens, limit)   teacher-forced metrics (validation)
@@ -29,11 +30,12 @@ import hashlib
 import math
 from typing import NamedTuple
 
-from scratchformer import backend, memory
+from scratchformer import backend
 from scratchformer.data.batching import fixed_batches
 from scratchformer.data.vocab import Vocab
 from scratchformer.errors import ConfigError, need, wrong_field_types
 from scratchformer.models import PRESETS, TransformerConfig
+from scratchformer.models.sizes import build_model
 from scratchformer.train.evaluation import teacher_forced
 
 #: [model] keys the tokenizer decides
@@ -100,16 +102,15 @@ class Task:
         except (TypeError, ValueError) as e:  # the config's own words, without its class name
             msg = str(e).removeprefix("invalid TransformerConfig: ")
             raise ConfigError(f"[model]: {msg}") from None
-        c = self.model_config
-        memory.need_memory(  # the position tables (learned: one per stack) and embeddings
-            8.0 * c.d_model * (2 * c.max_len + c.vocab_size + c.src_vocab),
-            f"a model of max_len {c.max_len} and d_model {c.d_model}",
-            "lower model.max_len or model.d_model",
-        )
-        return c
+        return self.model_config
+
+    def model_spec(self) -> dict:
+        """``{"class": ..., ...}``: the model this task trains (``models.sizes``)."""
+        raise NotImplementedError
 
     def build_model(self, config: TransformerConfig):
-        raise NotImplementedError
+        """The model of ``model_spec()`` for ``config``, its parameters initialised."""
+        return build_model(self.model_spec(), config)
 
     # -- data --------------------------------------------------------------------------------
     def examples(self, split: str) -> list:

@@ -14,7 +14,6 @@ from scratchformer import backend
 from scratchformer.data.text import load_labelled, words
 from scratchformer.data.tokenizers import WhitespaceTokenizer
 from scratchformer.errors import ConfigError, need
-from scratchformer.models import EncoderClassifier
 from scratchformer.train.tasks.base import Task, TaskBatch, check_settings, pad_rows
 
 SPLIT_FILES = {"train": "train", "valid": "dev", "test": "test"}
@@ -76,8 +75,8 @@ class ClassifyTask(Task):
     def examples(self, split: str) -> list:
         return self._examples[split]
 
-    def build_model(self, config):
-        return EncoderClassifier(config, len(self.labels))
+    def model_spec(self) -> dict:
+        return {"class": "EncoderClassifier", "num_classes": len(self.labels)}
 
     def widths(self, split: str):
         return backend.np.asarray([len(x) for x, _ in self.examples(split)], dtype=backend.np.int64)

@@ -17,7 +17,6 @@ from scratchformer.data.text import load_lines
 from scratchformer.data.tokenizers import CharTokenizer
 from scratchformer.decode.sample import generate
 from scratchformer.errors import need
-from scratchformer.models import LanguageModel
 from scratchformer.train.tasks.base import Task, TaskBatch, check_settings, pad_rows
 
 SPLIT_FILES = {"train": "train", "valid": "dev", "test": "test"}
@@ -73,8 +72,8 @@ class LMTask(Task):
     def examples(self, split: str) -> list:
         return self._examples[split]
 
-    def build_model(self, config):
-        return LanguageModel(config)
+    def model_spec(self) -> dict:
+        return {"class": "LanguageModel"}
 
     def widths(self, split: str):
         return backend.np.asarray([len(x) for x, _ in self.examples(split)], dtype=backend.np.int64)

@@ -17,7 +17,6 @@ from scratchformer.bleu import ScoringError, corpus_scores
 from scratchformer.data.batching import collate, example_widths, fixed_batches
 from scratchformer.data.pairs import string_pairs, translation_pairs
 from scratchformer.errors import need
-from scratchformer.models import Transformer
 from scratchformer.train.evaluation import decode_outputs
 from scratchformer.train.tasks.base import Task, TaskBatch, check_decoding, check_settings
 
@@ -98,8 +97,8 @@ class Seq2SeqTask(Task):
         )
         return config
 
-    def build_model(self, config):
-        return Transformer(config)
+    def model_spec(self) -> dict:
+        return {"class": "Transformer"}
 
     def widths(self, split: str):
         return example_widths(self.examples(split))
