@@ -21,6 +21,10 @@ from scratchformer import __version__, backend, distributed
 from scratchformer.errors import Interrupted, ScratchformerError, signal_name
 
 DEBUG_HELP = "on an error, show Python's traceback instead of the one-line message"
+NO_PROGRESS_HELP = (
+    "no progress bar: a line every 10 s on stderr instead (the way it is when stderr is "
+    "not a terminal)"
+)
 
 #: Modules that contribute sub-commands, in the order ``--help`` lists them.
 COMMANDS = [
@@ -77,8 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP
         )
+    for command in _leaves(sub):  # every command takes it, whether it shows progress or not
+        if "--no-progress" not in command._option_string_actions:
+            command.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     _plain_help(parser)
     return parser
+
+
+def _leaves(sub) -> list[argparse.ArgumentParser]:
+    """The parsers of every command (``plot attention``, not ``plot``)."""
+    found = []
+    for command in sub.choices.values():
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        found += _leaves(nested[0]) if nested else [command]
+    return found
 
 
 def _plain_help(parser: argparse.ArgumentParser) -> None:

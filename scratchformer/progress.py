@@ -1,12 +1,14 @@
 """Progress of stages that take a while, so that no stage is a silent stretch.
 
-    bar = progress_bar(total, "decoding test", "sentence")   # a bar (tqdm), redrawn every
-    ...; bar.update(n); ...; bar.close()                    # few seconds even if no work
-                                                            # finished meanwhile
-    ticker = Ticker(total, "decoding test", print)           # for logs: a line every 10 s
+    show = stage(total, "translating", "sentence", bar=not args.no_progress)
+    ...; show.update(n); show.emit(text, sys.stdout); ...; show.close()
 
-Both count work with ``update(n)`` and stop with ``close()``; both redraw from a
-background thread, so one slow batch does not leave the screen or the log unchanged.
+``stage`` gives a progress bar (tqdm) on stderr when stderr is a terminal (or a
+notebook), and a ``Ticker`` otherwise or with ``bar=False``: a log gets a line every
+10 s, never a bar's redraws on one endless line. Both count work with ``update(n)``,
+write results with ``emit`` (a bar is cleared first, so a result never shares its line)
+and stop with ``close()``; both redraw from a background thread, so one slow batch does
+not leave the screen or the log unchanged.
 """
 
 from __future__ import annotations
@@ -41,22 +43,45 @@ class _Repeater:
         self._thread.join()
 
 
+def terminal(stream=None) -> bool:
+    """Whether ``stream`` (stderr by default) is shown as it is written: a terminal, or a
+    notebook's output (where tqdm draws a widget). A file or a pipe is not."""
+    stream = stream or sys.stderr
+    try:
+        if stream.isatty():
+            return True
+    except (AttributeError, ValueError):  # closed, or no isatty
+        return False
+    return "ipykernel" in sys.modules
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 class Ticker:
     """Progress for logs without a progress bar: while the stage runs, a line
-    ``  <what>: done/total (elapsed)`` every ``every`` seconds through ``echo``."""
+    ``  <what>: done/total (elapsed)`` every ``every`` seconds through ``echo`` (a
+    ``print``-like function; stderr by default)."""
 
-    def __init__(self, total: int, what: str, echo, every: float = 10.0):
-        self.total, self.what, self.echo = total, what, echo
+    def __init__(self, total: int | None, what: str, echo=None, every: float = 10.0):
+        self.total, self.what, self.echo = total, what, echo or _say
         self.done = 0
         self.t0 = time.perf_counter()
         self._repeat = _Repeater(self._line, every)
 
     def _line(self) -> None:
         elapsed = clock(time.perf_counter() - self.t0)
-        self.echo(f"  {self.what}: {self.done}/{self.total} ({elapsed})")
+        total = "" if self.total is None else f"/{self.total}"
+        self.echo(f"  {self.what}: {self.done}{total} ({elapsed})")
 
     def update(self, n: int) -> None:
         self.done += n
+
+    def emit(self, text: str, file) -> None:
+        """Write ``text`` (results, whole lines) to ``file``."""
+        file.write(text)
+        file.flush()
 
     def close(self) -> None:
         self._repeat.stop()
@@ -68,6 +93,12 @@ class _Bar(tqdm):
     def __init__(self, *args, redraw: float = 5.0, **kwargs):
         super().__init__(*args, **kwargs)
         self._repeat = _Repeater(self.refresh, redraw) if not self.disable else None
+
+    def emit(self, text: str, file) -> None:
+        """Write ``text`` (results, whole lines) to ``file``, the bar cleared first and
+        drawn again under it: never on the bar's line."""
+        self.write(text, file=file, end="")
+        file.flush()
 
     def close(self):
         if getattr(self, "_repeat", None) is not None:
@@ -95,4 +126,13 @@ def progress_bar(total: int | None, what: str, unit: str, file=None, disable: bo
     )
 
 
-__all__ = ["Ticker", "clock", "progress_bar"]
+def stage(total: int | None, what: str, unit: str, bar: bool = True, echo=None):
+    """How a long stage shows that it advances (see the module doc): a bar when ``bar``
+    and stderr is a terminal, else a ``Ticker`` whose lines go through ``echo`` (stderr
+    by default). ``total=None``: the amount of work is not known beforehand."""
+    if bar and terminal():
+        return progress_bar(total, what, unit)
+    return Ticker(total, what, echo)
+
+
+__all__ = ["Ticker", "clock", "progress_bar", "stage", "terminal"]

@@ -30,7 +30,7 @@ from scratchformer.decode import translate
 from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
-from scratchformer.progress import progress_bar
+from scratchformer.progress import stage
 from scratchformer.train import evaluation
 from scratchformer.train.report import FORMATS
 from scratchformer.train.tasks.seq2seq import pair_batches
@@ -53,20 +53,20 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def teacher_forced(model, tok, pairs, max_tokens: int = 4096) -> dict:
+def teacher_forced(model, tok, pairs, max_tokens: int = 4096, bar: bool = True) -> dict:
     """Perplexity of the references under ``model`` (plain cross-entropy per target
     token, ``<eos>`` included, dropout off): ``exp(-(1/n) sum log p(y_t | y_<t, x))``.
     Pairs with a side longer than the model's positions are left out: ``ppl_sentences``
-    says how many were scored."""
+    says how many were scored. ``bar``: a progress bar (on a terminal), else lines."""
     limit = model.config.max_len - 1  # room for <bos>/<eos>
     enc = [(tok.encode(s), tok.encode(t)) for s, t in pairs]
     enc = [(s, t) for s, t in enc if 0 < len(s) <= limit and len(t) <= limit]
     if not enc:
         return {}
-    bar = progress_bar(len(enc), "perplexity", "sentence", disable=None)
-    batches = pair_batches(enc, max_tokens, progress=bar.update)
+    show = stage(len(enc), "perplexity", "sentence", bar=bar)
+    batches = pair_batches(enc, max_tokens, progress=show.update)
     m = evaluation.teacher_forced(model, batches, 0.0, model.config.pad_id)
-    bar.close()
+    show.close()
     return {"ppl": m["ppl"], "ppl_sentences": len(enc), "ppl_tokens": m["n_tokens"]}
 
 
@@ -88,7 +88,7 @@ def run(args) -> int:
     hyps, warning = _decode_split(args, ckpt.model, tok, pairs, str(path))
     dt = time.perf_counter() - t0
     out_tokens = sum(len(tok.encode(h)) + 1 for h in hyps)  # re-encoded, + <eos>: ~ generated
-    scores_tf = teacher_forced(ckpt.model, tok, pairs)
+    scores_tf = teacher_forced(ckpt.model, tok, pairs, bar=not args.no_progress)
     scores = corpus_scores(hyps, refs)
     how = "greedy" if args.greedy else f"beam {args.beam}, alpha {args.alpha}"
     if args.json:
@@ -137,8 +137,8 @@ def _decode_split(args, model, tok, pairs, name: str) -> tuple[list[str], str | 
     check = SourceCheck(model, tok, name)
     hyps = []
     with ExitStack() as stack:
-        bar = progress_bar(len(pairs), f"decoding {args.split}", "sentence", disable=None)
-        stack.callback(bar.close)
+        show = stage(len(pairs), f"decoding {args.split}", "sentence", bar=not args.no_progress)
+        stack.callback(show.close)
         out = None
         if args.output:
             out = stack.enter_context(open(args.output, "w", encoding="utf-8"))
@@ -155,10 +155,9 @@ def _decode_split(args, model, tok, pairs, name: str) -> tuple[list[str], str | 
                 max_len_b=args.max_len_b,
                 min_len=args.min_len,
                 batch_size=args.batch_size,
-                progress=bar.update,
+                progress=show.update,
             )
             hyps += got
             if out is not None:
-                out.write("".join(h + "\n" for h in got))
-                out.flush()
+                show.emit("".join(h + "\n" for h in got), out)
     return hyps, check.warning()

@@ -36,7 +36,7 @@ from scratchformer.gradcheck import (
     sample_entries,
 )
 from scratchformer.models import PRESETS, Transformer, TransformerConfig
-from scratchformer.progress import progress_bar
+from scratchformer.progress import stage
 
 
 def demo_batch(vocab_size: int, seed: int = 0):
@@ -150,7 +150,7 @@ def run(args) -> int:
         t0 = time.perf_counter()
         sizes = [int(p.size) for p in model.parameters().values()]
         total = sum(min(n, samples) if samples else n for n in sizes)
-        bar = progress_bar(total, f"checking {norm}-LN", "entry")
+        bar = stage(total, f"checking {norm}-LN", "entry", bar=not args.no_progress)
         report = check_model(
             model,
             src,
@@ -200,8 +200,11 @@ def run_directions(args) -> int:
             print(f"{'h':>8}  {'largest rel err':>15}  {'median':>8}  {'rows over tol':>13}  time")
         for h in steps:
             t0 = time.perf_counter()
-            bar = progress_bar(
-                (len(model.parameters()) + 1) * args.directions, "directions", "direction"
+            bar = stage(
+                (len(model.parameters()) + 1) * args.directions,
+                "directions",
+                "direction",
+                bar=not args.no_progress,
             )
             report = check_directions(
                 model, src, tgt_in, tgt_out, directions=args.directions, rng=args.seed + 1,

@@ -117,7 +117,12 @@ def add_parser(sub) -> None:
         help="start afresh in a run directory that holds an earlier run (deleting only its "
         "checkpoint_<step>.npz, averaged.npz, metrics.jsonl and config.json)",
     )
-    p.add_argument("--no-progress", action="store_true", help="a log line per log_every steps")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar: a log line every log_every steps (the way it is when stderr "
+        "is not a terminal)",
+    )
     p.add_argument(
         "--no-test", action="store_true", help="skip judging the test set at the end (train.test)"
     )

@@ -39,7 +39,7 @@ from scratchformer.decode import translate, translate_nbest
 from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
-from scratchformer.progress import progress_bar
+from scratchformer.progress import stage
 
 
 def add_parser(sub) -> None:
@@ -78,16 +78,16 @@ def run(args) -> int:
     n = 0
     t0 = time.perf_counter()
     with ExitStack() as stack:
-        bar = progress_bar(total, "translating", "sentence", disable=None)
-        stack.callback(bar.close)
+        show = stage(total, "translating", "sentence", bar=not args.no_progress)
+        stack.callback(show.close)
         out = (
             sys.stdout
             if args.output == "-"
             else stack.enter_context(open(args.output, "w", encoding="utf-8"))
         )
         for chunk in chunked(check(iter_text_lines(source, name)), chunk_size):
-            out.write("".join(line + "\n" for line in decode(chunk, bar.update)))
-            out.flush()  # a reader at the other end of a pipe gets each chunk at once
+            # flushed: a reader at the other end of a pipe gets each chunk at once
+            show.emit("".join(line + "\n" for line in decode(chunk, show.update)), out)
             n += len(chunk)
     dt = time.perf_counter() - t0
     if check.warning():

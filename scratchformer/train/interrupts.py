@@ -91,6 +91,24 @@ def agree(world, signum: int, time_up: bool) -> tuple[int, bool]:
     return (signal.SIGINT if sigint else signal.SIGTERM if sigterm else 0), up > 0
 
 
+def ending(trainer, signum: int, phase: str) -> str:
+    """What a signal leaves of ``trainer``'s run, in words, by the phase it came in:
+    "saved" (the first during the steps: the step in flight saved), "steps" (a second
+    one), "setup" (before the first step) or "end" (averaging, the test set)."""
+    name, step = signal_name(signum), trainer.step
+    advice = resume_advice(trainer.cfg, trainer.world.size)
+    if phase == "saved" and step < trainer.cfg.train.steps:
+        return f"stopped by {name} after step {step}, saved: {advice}"
+    if phase in ("saved", "end"):  # the last step was trained and saved
+        return (
+            f"stopped by {name} after training (step {step}, saved): the test set was not "
+            f"judged; {advice} and judges it"
+        )
+    if phase == "steps":
+        return f"stopped at once by a second {name} after step {step}; {advice}"
+    return f"stopped at once by {name} {before_training(step)}; {advice}"
+
+
 def before_training(step: int) -> str:
     """``before training began`` (a fresh run), or went on from ``step`` (a resumed one)."""
     return f"before training went on from step {step}" if step else "before training began"
@@ -109,4 +127,12 @@ def resume_advice(cfg, ranks: int) -> str:
     return "nothing to resume (no checkpoint was written): start it again"
 
 
-__all__ = ["SIGNALS", "Interrupted", "Interrupts", "agree", "before_training", "resume_advice"]
+__all__ = [
+    "SIGNALS",
+    "Interrupted",
+    "Interrupts",
+    "agree",
+    "before_training",
+    "ending",
+    "resume_advice",
+]

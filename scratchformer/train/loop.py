@@ -58,12 +58,12 @@ from scratchformer.checkpoint import (
     save_checkpoint,
 )
 from scratchformer.data.batching import TokenBatchSampler
-from scratchformer.errors import Interrupted, TrainingDiverged, signal_name
+from scratchformer.errors import Interrupted, TrainingDiverged
 from scratchformer.optim import Adam, clip_grad_norm, make_schedule
-from scratchformer.progress import clock
+from scratchformer.progress import clock, terminal
 from scratchformer.train import final, report
 from scratchformer.train.config import TrainConfig
-from scratchformer.train.interrupts import Interrupts, agree, before_training, resume_advice
+from scratchformer.train.interrupts import Interrupts, agree, ending
 from scratchformer.train.limits import check_accumulation, check_training_memory, local_processes
 from scratchformer.train.report import TrainResult
 from scratchformer.train.resume import check_ranks, check_resumable
@@ -101,7 +101,9 @@ class Trainer:
 
     ``Trainer(cfg).run()`` trains to ``cfg.train.steps``; ``resume`` (a checkpoint path,
     or "latest" for the newest in the run directory) continues a run exactly;
-    ``overwrite`` lets a fresh run replace the files of an earlier one in its directory.
+    ``overwrite`` lets a fresh run replace the files of an earlier one in its directory;
+    ``progress``: a progress bar on stderr where stderr is a terminal (elsewhere, and
+    with ``progress=False``, a log line every ``log_every`` steps).
     """
 
     def __init__(
@@ -110,7 +112,9 @@ class Trainer:
         # ``world``: the processes that train together (``distributed.py``); rank 0 alone
         # writes and speaks, the others compute their share of every batch
         self.world = w = world or distributed.world()
-        self.cfg, self.echo, self.progress = cfg, (echo if w.main else _quiet), progress and w.main
+        # a bar only where it can be watched: a log file gets lines (progress.terminal)
+        self.progress = progress and w.main and terminal()
+        self.cfg, self.echo = cfg, (echo if w.main else _quiet)
         for note in cfg.notes:
             self.echo(note)
         self.run_dir = cfg.out_dir
@@ -131,6 +135,7 @@ class Trainer:
         )
         check_accumulation(t.accum_steps, len(self.sampler))
         self.model = self.task.build_model(self.model_config)
+        self.smoothed = bool(self.model_config.eps_ls)  # the loss shown is not the NLL
         self.flat = self.model.flatten()  # every parameter in one array, every gradient too
         self.optimizer = Adam(self.flat, o.beta1, o.beta2, o.eps, o.weight_decay)
         self.schedule = make_schedule(
@@ -309,27 +314,12 @@ class Trainer:
             with limits, Interrupts(self.world.main) as self.interrupts:
                 return self._run(final_eval)
         except Interrupted as e:
-            if self.world.main and not e.message:
-                e.message = self._stopped_at_once(e.signum)
+            if self.world.main and not e.message:  # stopped where it was
+                e.message = ending(self, e.signum, self.interrupts.phase)
             raise
         finally:
             if self.lock:
                 self.lock.release()
-
-    def _stopped_at_once(self, signum: int, phase: str = "") -> str:
-        """What a signal that stopped the run where it was (in ``phase``, by default the
-        one it is in) leaves behind, in words."""
-        phase, name = phase or self.interrupts.phase, signal_name(signum)
-        if phase == "end":
-            return (
-                f"stopped by {name} after training (step {self.step}, saved): the test set "
-                f"was not judged; {resume_advice(self.cfg, self.world.size)} and judges it"
-            )
-        if phase == "steps":
-            where = f"a second {name} after step {self.step}"
-        else:
-            where = f"{name} {before_training(self.step)}"
-        return f"stopped at once by {where}; {resume_advice(self.cfg, self.world.size)}"
 
     def _run(self, final_eval: bool) -> TrainResult:
         cfg = self.cfg
@@ -351,7 +341,8 @@ class Trainer:
         losses, valid, stopped = self._loop(t_start)
         train_seconds = time.perf_counter() - t_start
         if self.interrupts.signum:  # the step in flight finished and was saved
-            raise Interrupted(self.interrupts.signum, self._stopped_after_step())
+            signum = self.interrupts.signum
+            raise Interrupted(signum, ending(self, signum, "saved") if self.world.main else "")
         if self.last_checkpoint is None:
             self.save()
         self.interrupts.phase = "end"
@@ -408,6 +399,7 @@ class Trainer:
                 bar.update(1)
                 bar.set_postfix(
                     loss=f"{rec['loss']:.3f}",
+                    **({"nll": f"{rec['nll']:.3f}"} if self.smoothed else {}),
                     lr=f"{rec['lr']:.2e}",
                     tok_s=f"{window.tokens_per_s():,.0f}",
                     refresh=False,
@@ -449,7 +441,7 @@ class Trainer:
             r["elapsed"] = self.seconds_before + time.perf_counter() - t_start
             self.log(r)
             if not self.progress:
-                self._line(bar, report.train_line(r, t.steps))
+                self._line(bar, report.train_line(r, t.steps, self.smoothed))
             self.window = Window()
         if ((t.eval_every and s % t.eval_every == 0) or last) and self.world.main:
             n_valid = self.task.sizes()["valid"]
@@ -463,19 +455,9 @@ class Trainer:
             )
             valid.append({"kind": "valid", "step": s, **m})
             self.log(valid[-1])
-            self._line(bar, report.valid_line(s, t.steps, m, self.task.shown_valid))
+            self._line(bar, report.valid_line(s, t.steps, m, self.task.shown_valid, self.smoothed))
         if (t.checkpoint_every and s % t.checkpoint_every == 0) or last:
             self.save()
-
-    def _stopped_after_step(self) -> str:
-        """What a first signal during the steps leaves behind, in words (rank 0)."""
-        if not self.world.main:
-            return ""
-        if self.step >= self.cfg.train.steps:  # the last step: training is done
-            return self._stopped_at_once(self.interrupts.signum, "end")
-        name = signal_name(self.interrupts.signum)
-        advice = resume_advice(self.cfg, self.world.size)
-        return f"stopped by {name} after step {self.step}, saved: {advice}"
 
     def _line(self, bar, line: str) -> None:
         """A line of the run's log: above the progress bar, or through ``echo``."""

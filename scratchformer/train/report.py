@@ -4,8 +4,9 @@
     model: <class>, <n> parameters (N=.., d_model=.., h=.., <attention> attention)
     plan: <steps> steps of <= <max_tokens> tokens x <accum>[, shared by <R> processes],
           <batches> batches/epoch -> <dir>
-    step   50/3000 | loss 2.3456 | ppl 10.44 | lr 1.23e-04 | grad norm 0.812 | 4,321 tok/s | 0:00:12
-    step  500/3000 | valid | loss 0.4321 | ppl 1.54 | token acc 95.12% | seq acc 71.00%
+    loss: label-smoothed (eps_ls 0.1), the objective; nll: without smoothing, ppl = exp(nll)
+    step   50/3000 | loss 2.3456 | nll 2.1234 | ppl 8.36 | lr 1.23e-04 | grad norm 0.812 | ...
+    step  500/3000 | valid | loss 0.4321 | nll 0.2345 | ppl 1.26 | token acc 95.12% | ...
     ...
     test set: <examples>, then one line per model (last checkpoint, average)
     done: <steps> steps in <time> (<tokens/s>), then every file written
@@ -13,7 +14,9 @@
 and what a run returns (``TrainResult``).
 
 The periodic line is printed every ``log_every`` steps when there is no progress bar
-(with one, its fields are the bar's postfix); every other line always.
+(with one, its fields are the bar's postfix); every other line always. With label
+smoothing the loss trained is not the cross-entropy a perplexity is the exp of: both
+are shown, side by side (``nll``), and the header says which is which.
 """
 
 from __future__ import annotations
@@ -67,8 +70,11 @@ FORMATS = {
 }
 
 
-def metrics_text(m: dict, keys) -> str:
-    """``loss 0.4321 | ppl 1.54 | ...`` for the ``keys`` present in ``m``."""
+def metrics_text(m: dict, keys, smoothed: bool = False) -> str:
+    """``loss 0.4321 | ppl 1.54 | ...`` for the ``keys`` present in ``m``; ``smoothed``:
+    the loss is label-smoothed, and the NLL follows it."""
+    if smoothed and "loss" in keys and "nll" not in keys:
+        keys = [x for k in keys for x in ((k, "nll") if k == "loss" else (k,))]
     parts = []
     for k in keys:
         if k in m and m[k] is not None:
@@ -84,18 +90,29 @@ def step_prefix(step: int, steps: int) -> str:
     return f"step {step:>{len(str(steps))}}/{steps}"
 
 
-def train_line(rec: dict, steps: int) -> str:
-    """The periodic line of a "train" record of metrics.jsonl."""
+def train_line(rec: dict, steps: int, smoothed: bool = False) -> str:
+    """The periodic line of a "train" record of metrics.jsonl (``smoothed``: see
+    ``metrics_text``)."""
     return (
-        f"{step_prefix(rec['step'], steps)} | loss {_num(rec['loss'])} | "
-        f"ppl {FORMATS['ppl'][1](rec['ppl'])} | lr {rec['lr']:.2e} | "
+        f"{step_prefix(rec['step'], steps)} | {metrics_text(rec, ('loss', 'ppl'), smoothed)} | "
+        f"lr {rec['lr']:.2e} | "
         f"grad norm {rec['grad_norm']:.3g} | {rec['tokens_per_s']:,.0f} tok/s | "
         f"{clock(rec['elapsed'])}"
     )
 
 
-def valid_line(step: int, steps: int, m: dict, keys) -> str:
-    return f"{step_prefix(step, steps)} | valid | {metrics_text(m, keys)}"
+def valid_line(step: int, steps: int, m: dict, keys, smoothed: bool = False) -> str:
+    return f"{step_prefix(step, steps)} | valid | {metrics_text(m, keys, smoothed)}"
+
+
+def loss_note(eps_ls: float) -> list[str]:
+    """The header's line saying what the loss shown is, when it is not the NLL."""
+    if not eps_ls:
+        return []
+    return [
+        f"loss: label-smoothed cross-entropy (eps_ls {eps_ls:g}), the objective trained; "
+        "nll: without smoothing, ppl = exp(nll)"
+    ]
 
 
 def header(cfg, task, model, batches_per_epoch: int, run_dir, ranks: int = 1) -> list[str]:
@@ -119,6 +136,7 @@ def header(cfg, task, model, batches_per_epoch: int, run_dir, ranks: int = 1) ->
         f"(N={mc.N}, d_model={mc.d_model}, h={mc.h}, {attn} attention)",
         f"plan: {t.steps} steps of <= {t.max_tokens} tokens{accum}{limit}, "
         f"{batches_per_epoch} batches/epoch -> {run_dir}",
+        *loss_note(mc.eps_ls),
     ]
 
 
@@ -147,6 +165,7 @@ __all__ = [
     "clock",
     "files_written",
     "header",
+    "loss_note",
     "metrics_text",
     "train_line",
     "valid_line",

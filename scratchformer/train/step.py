@@ -117,6 +117,7 @@ class Window:
             "step": step,
             "epoch": epoch,
             "loss": self.loss / self.steps,  # the training objective, mean over the window
+            "nll": self.nll / self.steps,  # without label smoothing: ppl = exp(nll)
             "ppl": math.exp(min(self.nll / self.steps, 700.0)),
             "lr": rec["lr"],
             "grad_norm": rec["grad_norm"],  # before clipping, of the last step
