@@ -122,6 +122,9 @@ def _command_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentP
 
 def main(argv=None) -> int:
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):  # bare `scratchformer`: what it can do
+        parser.print_help()
+        return 0
     args, extra = parser.parse_known_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for ``--ranks``' mpiexec
     if extra:

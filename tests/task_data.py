@@ -49,15 +49,19 @@ def write_translation(d, pairs=None):
     return d
 
 
-def write_monolingual(d):
-    """``web.{split}.txt`` (lm) and ``genre.{split}.tsv`` (classify) under ``d``."""
+def write_monolingual(d, former: bool = False):
+    """``web-text/{split}.txt`` (lm) and ``genre/{split}.tsv`` (classify) under ``d``;
+    ``former``: the former layout instead, ``web.{split}.txt`` and ``genre.{split}.tsv``
+    in ``d`` itself (still read)."""
     r = np.random.default_rng(0)
-    d.mkdir(parents=True, exist_ok=True)
+    web, genre = (d, d) if former else (d / "web-text", d / "genre")
+    for folder in (web, genre):
+        folder.mkdir(parents=True, exist_ok=True)
     for s, n in (("train", 30), ("dev", 6), ("test", 6)):
-        (d / f"web.{s}.txt").write_text(
+        (web / (f"web.{s}.txt" if former else f"{s}.txt")).write_text(
             "".join(VERSES[i] + "\n" for i in r.integers(0, 3, n)), encoding="utf-8"
         )
-        (d / f"genre.{s}.tsv").write_text(
+        (genre / (f"genre.{s}.tsv" if former else f"{s}.tsv")).write_text(
             "".join(
                 f"{lab}\t{t}\tX 1:1\n" for lab, t in (LABELLED[i] for i in r.integers(0, 2, n))
             ),
@@ -86,12 +90,12 @@ def run_config(task: str, root, **train) -> dict:
             "max_len": 30,
             "decode": "greedy",
         },
-        "lm": {"name": "lm", "data_dir": str(data), "sample_len": 20},
-        "classify": {"name": "classify", "data_dir": str(data), "min_freq": 1},
+        "lm": {"name": "lm", "data_dir": str(data / "web-text"), "sample_len": 20},
+        "classify": {"name": "classify", "data_dir": str(data / "genre"), "min_freq": 1},
     }
     if task == "translate" and not (data / "train.tsv").exists():
         write_translation(data)
-    if task in ("lm", "classify") and not (data / "web.train.txt").exists():
+    if task in ("lm", "classify") and not (data / "web-text" / "train.txt").exists():
         write_monolingual(data)
     return {
         "name": task,

@@ -32,6 +32,12 @@ def test_cli_module_entry_point_shows_help():
     assert "gradcheck" in r.stdout
 
 
+def test_bare_scratchformer_shows_its_help(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: scratchformer") and "translate" in out
+
+
 def test_version_and_plain_help(capsys):
     """`--version`; help texts read as plain text (no reStructuredText marks) and their
     examples are whole commands (no line continuation swallowed)."""

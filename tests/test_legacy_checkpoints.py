@@ -83,7 +83,7 @@ def test_an_earlier_encoder_decoder_run_resumes(tmp_path, capsys):
 def test_an_earlier_language_model_run_resumes(tmp_path, capsys):
     """The former lm trainer kept its settings in one flat table; the data is the one
     it trained on (tests/task_data.py writes the same files)."""
-    data = write_monolingual(tmp_path / "data")
+    data = write_monolingual(tmp_path / "data", former=True)  # as it was then
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     old = shutil.copy(FIXTURES / "lm.npz", run / "checkpoints" / "checkpoint_4.npz")

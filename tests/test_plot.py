@@ -81,6 +81,18 @@ def test_schedule_png_several_curves(mpl, tmp_path, capsys):
     assert "4 curves" in capsys.readouterr().out
 
 
+def test_plots_of_no_run_go_beside_the_runs_not_into_the_current_folder(
+    mpl, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    assert main(["plot", "schedule", "--steps", "100"]) == 0
+    assert main(["plot", "positional", "--d-model", "16", "--positions", "8"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+    for name in ("schedule.png", "positional.png"):
+        assert_png(tmp_path / "runs" / "plots" / name)
+    assert "wrote runs/plots/positional.png" in capsys.readouterr().out
+
+
 def test_curves_png_from_a_run_directory(mpl, tmp_path, capsys):
     metrics_log(tmp_path / "metrics.jsonl")
     out = tmp_path / "curves.png"

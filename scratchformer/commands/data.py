@@ -2,16 +2,18 @@
 
     scratchformer data genre        Bible verse -> genre (law, history, wisdom, prophets,
                                     gospels, epistles; Revelation counted as prophecy):
-                                    data/genre.{train,dev,test}.tsv  (label<TAB>verse<TAB>ref)
+                                    data/genre/{train,dev,test}.tsv  (label<TAB>verse<TAB>ref)
     scratchformer data web-text     World English Bible verses, one per line, for the
-                                    character-level language model: data/web.{train,dev,test}.txt
+                                    character-level language model:
+                                    data/web-text/{train,dev,test}.txt
     scratchformer data bible        verse-aligned translation pairs, Spanish (Reina-Valera
                                     1909) -> English (WEB): data/bible/{train,dev,test}.tsv
                                     (source<TAB>target<TAB>ref); --pair kjv-web for KJV -> WEB
                                     in data/bible-kjv-web/. Chapters whose verse numbering
                                     differs between the texts are dropped (listed with -v).
 
-All three read the Bibles from Debian's SWORD packages (``sword-text-web``, and for
+Each data set is a folder of its splits, data/<name>/{train,dev,test}.<ext>. All three
+read the Bibles from Debian's SWORD packages (``sword-text-web``, and for
 ``bible`` also ``sword-text-sparv`` or ``sword-text-kjv``) with the ``pysword`` reader,
 and split by chapter (a hash of "Book.chapter"), so that no chapter has verses on both
 sides of a split. Install once:
@@ -30,7 +32,7 @@ import argparse
 import time
 from pathlib import Path
 
-from scratchformer.commands import PROBABILITY
+from scratchformer.commands import PROBABILITY, plural
 from scratchformer.data.bible import GENRES, iter_verses, open_bible, prepare_genre, prepare_text
 from scratchformer.data.bible_pairs import PAIRS, align_texts, ensure_modules, write_pairs
 from scratchformer.errors import ScratchformerError
@@ -53,7 +55,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--out",
         default=None,
-        help="bible: output directory (default: <data-dir>/bible, <data-dir>/bible-kjv-web)",
+        help="output directory (default: <data-dir>/<dataset>; for --pair kjv-web, "
+        "<data-dir>/bible-kjv-web)",
     )
     p.add_argument(
         "--no-install",
@@ -61,7 +64,9 @@ def add_parser(sub) -> None:
         help="bible: never run apt-get; fail with the commands to run instead",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="bible: list dropped chapters")
-    p.add_argument("--data-dir", default="data", help="output directory (default: data/)")
+    p.add_argument(
+        "--data-dir", default="data", help="where the data sets' folders go (default: data/)"
+    )
     p.add_argument(
         "--sword-path",
         default=None,
@@ -86,21 +91,22 @@ def run(args) -> int:
         return run_bible(args, t0)
     bible = open_bible(args.module, args.sword_path)
     verses = iter_verses(bible)
+    out = Path(args.out or Path(args.data_dir) / args.dataset)
     if args.dataset == "genre":
-        counts = prepare_genre(args.data_dir, verses, args.dev, args.test)
+        counts = prepare_genre(out, verses, args.dev, args.test)
         width = max(len(g) for g in GENRES)
         print(f"{'genre':<{width}}  {'train':>6} {'dev':>6} {'test':>6}")
         for g in GENRES:
             print(f"{g:<{width}}  " + " ".join(f"{counts[s][g]:>6}" for s in counts))
         totals = {s: sum(c.values()) for s, c in counts.items()}
         print(f"{'total':<{width}}  " + " ".join(f"{totals[s]:>6}" for s in totals))
-        files = "genre.{train,dev,test}.tsv"
+        files = "{train,dev,test}.tsv"
     else:
-        counts = prepare_text(args.data_dir, verses, "web", args.dev, args.test)
+        counts = prepare_text(out, verses, args.dev, args.test)
         for s, (lines, chars) in counts.items():
             print(f"{s:<5}  {lines:>6} verses  {chars:>9} characters")
-        files = "web.{train,dev,test}.txt"
-    print(f"wrote {args.data_dir}/{files} in {time.perf_counter() - t0:.1f} s")
+        files = "{train,dev,test}.txt"
+    print(f"wrote {out}/{files} in {time.perf_counter() - t0:.1f} s")
     return 0
 
 
@@ -123,7 +129,10 @@ def run_bible(args, t0: float) -> int:
         f"{dropped} dropped as misaligned ({len(rep.dropped_numbering)} by verse numbering, "
         f"{len(rep.dropped_shift)} by shifted verse lengths)"
     )
-    print(f"{len(rep.dropped_verses)} verse pairs of kept chapters dropped (one side > 3x longer)")
+    print(
+        f"{plural(len(rep.dropped_verses), 'verse pair')} of kept chapters dropped (one side "
+        "> 3x longer)"
+    )
     if args.verbose:
         print("  numbering: " + ", ".join(rep.dropped_numbering))
         print("  shifted:   " + ", ".join(rep.dropped_shift))

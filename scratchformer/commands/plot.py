@@ -21,6 +21,10 @@ from scratchformer.models import Transformer
 from scratchformer.ops import sinusoidal_table
 from scratchformer.viz import ATTENTION_KINDS, PlotError
 
+#: where the plots of no run go (a run's plots go into its directory): beside the runs,
+#: never into the current folder (in a clone, a stray untracked file)
+PLOTS = "runs/plots"
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -64,7 +68,10 @@ def add_parser(sub) -> None:
     q.add_argument("--checkpoint", help="draw this model's table (checkpoint or run dir)")
     q.add_argument("--stack", choices=["encoder", "decoder"], default="encoder")
     q.add_argument(
-        "-o", "--out", help="default: positional.png, in the run directory with --checkpoint"
+        "-o",
+        "--out",
+        help="default: positional.png in the run directory with --checkpoint, else "
+        f"{PLOTS}/positional.png",
     )
     q.set_defaults(func=run_positional)
 
@@ -82,7 +89,7 @@ def add_parser(sub) -> None:
         "--factor", type=number(above=0), nargs="+", dest="old_factor", help=argparse.SUPPRESS
     )
     s.add_argument("--steps", type=integer(lo=2), default=20000, help="last step drawn")
-    s.add_argument("-o", "--out", default="schedule.png")
+    s.add_argument("-o", "--out", default=f"{PLOTS}/schedule.png", help="(default: %(default)s)")
     s.set_defaults(func=run_schedule)
 
     c = plots.add_parser(
@@ -201,7 +208,7 @@ def run_positional(args) -> int:
                 f"{ck.path.name} uses the fixed sinusoids: {n} positions x d_model = {cfg.d_model}"
             )
             sinusoidal = True
-    where = run_dir_of(ck.path) if args.checkpoint is not None else Path(".")
+    where = run_dir_of(ck.path) if args.checkpoint is not None else Path(PLOTS)
     out = viz.plot_positional(
         table, args.out or where / "positional.png", title=title, sinusoidal=sinusoidal
     )

@@ -341,10 +341,10 @@ def split_files(out_dir, names: dict):
 
 
 def prepare_genre(out_dir, verses: Iterable[Verse], dev=0.05, test=0.05) -> dict:
-    """Write ``genre.{train,dev,test}.tsv`` (``label<TAB>text<TAB>ref``) under ``out_dir``;
+    """Write ``{train,dev,test}.tsv`` (``label<TAB>text<TAB>ref``) under ``out_dir``;
     returns ``{split: {genre: count}}``."""
     counts: dict = {s: {g: 0 for g in GENRES} for s in ("train", "dev", "test")}
-    with split_files(out_dir, {s: f"genre.{s}.tsv" for s in counts}) as files:
+    with split_files(out_dir, {s: f"{s}.tsv" for s in counts}) as files:
         for v in verses:
             genre = GENRE_OF.get(v.book)
             if genre is None:
@@ -355,11 +355,11 @@ def prepare_genre(out_dir, verses: Iterable[Verse], dev=0.05, test=0.05) -> dict
     return counts
 
 
-def prepare_text(out_dir, verses: Iterable[Verse], stem="web", dev=0.05, test=0.05) -> dict:
-    """Write ``{stem}.{train,dev,test}.txt``, one verse per line, split by chapter;
-    returns ``{split: (lines, characters)}``."""
+def prepare_text(out_dir, verses: Iterable[Verse], dev=0.05, test=0.05) -> dict:
+    """Write ``{train,dev,test}.txt`` under ``out_dir``, one verse per line, split by
+    chapter; returns ``{split: (lines, characters)}``."""
     counts = {s: [0, 0] for s in ("train", "dev", "test")}
-    with split_files(out_dir, {s: f"{stem}.{s}.txt" for s in counts}) as files:
+    with split_files(out_dir, {s: f"{s}.txt" for s in counts}) as files:
         for v in verses:
             s = chapter_split(v.book, v.chapter, dev, test)
             line = _one_line(v.text)

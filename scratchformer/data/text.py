@@ -2,8 +2,8 @@
 
     for lineno, line in iter_text_lines("src.txt"): ...      # (1, "first line"), ...
     iter_text_lines(sys.stdin.buffer, "stdin")                # an open binary stream
-    load_lines("data", "web")     {split: [verse]}           from web.{train,dev,test}.txt
-    load_labelled("data", "genre")  {split: [(label, verse)]}  from genre.{train,dev,test}.tsv
+    load_lines("data/web-text")   {split: [verse]}           from {train,dev,test}.txt
+    load_labelled("data/genre")   {split: [(label, verse)]}  from {train,dev,test}.tsv
 
 Every text the program reads from a user goes through ``iter_text_lines``, so that all
 of them follow one rule:
@@ -21,8 +21,10 @@ of them follow one rule:
   it is not part of the first line's text; a file holding nothing else is empty); the
   last line needs no ``\n``.
 
-``scratchformer data web-text`` and ``scratchformer data genre`` write the corpora; a
-missing one is an error naming the command that makes it. ``words`` is the
+``scratchformer data web-text`` and ``scratchformer data genre`` write the corpora, one
+folder each holding its splits, as every data set does (``data/<name>/<split>.<ext>``);
+the former layout (``data/web.train.txt``, ``data/genre.train.tsv``) is still read. A
+missing corpus is an error naming the command that makes it. ``words`` is the
 classifier's pre-tokenisation.
 """
 
@@ -104,25 +106,32 @@ def _need_file(path: Path, command: str) -> Path:
     return path
 
 
-def load_lines(data_dir, stem: str = "web") -> dict:
-    """``{split: [line]}`` from ``{stem}.{train,dev,test}.txt`` (blank lines skipped)."""
+def _split_file(d: Path, split: str, ext: str, former: str, command: str) -> Path:
+    """``d/<split>.<ext>``, or the former layout's ``d/<former>.<split>.<ext>`` when only
+    that one is there; missing: an error naming the command that writes it."""
+    path, old = d / f"{split}.{ext}", d / f"{former}.{split}.{ext}"
+    return old if old.is_file() and not path.is_file() else _need_file(path, command)
+
+
+def load_lines(data_dir) -> dict:
+    """``{split: [line]}`` from ``{train,dev,test}.txt`` (blank lines skipped)."""
     d = Path(data_dir)
     out = {}
     for s in SPLITS:
-        p = _need_file(d / f"{stem}.{s}.txt", f"data web-text --data-dir {d}")
+        p = _split_file(d, s, "txt", "web", "data web-text")
         out[s] = [line for _, line in iter_text_lines(p) if line.strip()]
         if not out[s]:
             raise CorpusError(f"{p} holds no lines")
     return out
 
 
-def load_labelled(data_dir, stem: str = "genre") -> dict:
-    """``{split: [(label, text)]}`` from ``{stem}.{train,dev,test}.tsv``
+def load_labelled(data_dir) -> dict:
+    """``{split: [(label, text)]}`` from ``{train,dev,test}.tsv``
     (``label<TAB>text[<TAB>ref]``; lines without a text are skipped)."""
     d = Path(data_dir)
     out = {}
     for s in SPLITS:
-        p = _need_file(d / f"{stem}.{s}.tsv", f"data genre --data-dir {d}")
+        p = _split_file(d, s, "tsv", "genre", "data genre")
         rows = []
         for _, line in iter_text_lines(p):
             parts = line.split("\t")

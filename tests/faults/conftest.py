@@ -24,7 +24,8 @@ def lm_checkpoint(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("lm")
     data = write_monolingual(root / "data")
-    argv = ["train", "--task", "lm", "--data-dir", str(data), "--set", "model.preset=tiny"]
+    argv = ["train", "--task", "lm", "--data-dir", str(data / "web-text")]
+    argv += ["--set", "model.preset=tiny"]
     argv += ["--run-dir", str(root / "run"), "--steps", "4", "--no-progress", "--no-test"]
     assert cli_main(argv) == 0
     return root / "run" / "checkpoints" / "averaged.npz"

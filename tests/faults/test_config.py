@@ -197,7 +197,7 @@ def test_resume_refuses_other_training_data(stopped_run, refused, tmp_path):
         pytest.skip("the reverse task's data are its settings, compared above")
     data = tmp_path / "data"
     shutil.copytree(d["task"]["data_dir"], data)
-    name = {"translate": "train.tsv", "lm": "web.train.txt", "classify": "genre.train.tsv"}[task]
+    name = {"translate": "train.tsv", "lm": "train.txt", "classify": "train.tsv"}[task]
     lines = (data / name).read_text(encoding="utf-8").splitlines(keepends=True)
     i = next(i for i in range(1, len(lines)) if lines[i] != lines[0])
     lines[0], lines[i] = lines[i], lines[0]

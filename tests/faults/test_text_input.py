@@ -108,9 +108,9 @@ KINDS = {
     "evaluate-test.tsv": ("evaluate", "data/test.tsv", lambda t: f"{t}\t{t[::-1]}", _evaluate),
     # train.tsv is also the text the translation task's BPE is trained on
     **{f"translate-{s}.tsv": ("train", f"data/{s}.tsv", _tsv, _train("translate")) for s in SPLITS},
-    **{f"lm-web.{s}.txt": ("train", f"data/web.{s}.txt", str, _train("lm")) for s in SPLITS},
+    **{f"lm-{s}.txt": ("train", f"data/web-text/{s}.txt", str, _train("lm")) for s in SPLITS},
     **{
-        f"classify-genre.{s}.tsv": ("train", f"data/genre.{s}.tsv", _labelled, _train("classify"))
+        f"classify-{s}.tsv": ("train", f"data/genre/{s}.tsv", _labelled, _train("classify"))
         for s in SPLITS
     },
     "plot-metrics.jsonl": ("plot", "run/metrics.jsonl", _json_line, _plot),
@@ -248,7 +248,7 @@ def _expect_bpe(c, lines):
 def _at(name):
     def read(c, data):
         path = c.tmp / "mono" / name
-        write_monolingual(path.parent)
+        write_monolingual(path.parent, former=True)  # one folder for both corpora
         path.write_bytes(data)
         return path
 

@@ -77,10 +77,11 @@ def test_the_former_task_grammar_still_trains(tmp_path, capsys):
     """`--task lm --set KEY=VALUE` without sections, as before: a note per old key."""
     data = tmp_path / "data"
     run_config("lm", tmp_path)  # writes the data
-    common = ["--data-dir", str(data), "--steps", "4", "--eval-every", "0", "--no-progress"]
+    common = ["--steps", "4", "--eval-every", "0", "--no-progress"]
     tiny = [f"model.{k}={v}" for k, v in TINY.items()]
-    for task in ("lm", "classify"):
+    for task, corpus in (("lm", "web-text"), ("classify", "genre")):
         argv = ["train", "--task", task, "--run-dir", str(tmp_path / task), *common]
+        argv += ["--data-dir", str(data / corpus)]
         for s in [*tiny, "min_freq=1" if task == "classify" else "log_every=2"]:
             argv += ["--set", s]
         assert main(argv) == 0

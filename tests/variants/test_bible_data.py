@@ -20,6 +20,7 @@ from scratchformer.data.bible import (
     prepare_genre,
     prepare_text,
 )
+from scratchformer.data.text import CorpusError, load_labelled, load_lines
 
 # -- real markup, copied from the modules -------------------------------------------------------
 WEB_GEN_1_1 = (
@@ -196,10 +197,10 @@ def test_prepared_files(tmp_path):
         Verse("Rev", 3, 2, "Be\twatchful"),
         Verse("Matt", 5, 3, "Blessed"),
     ]
-    counts = prepare_genre(tmp_path, verses)
+    counts = prepare_genre(tmp_path / "genre", verses)
     rows = []
     for s in ("train", "dev", "test"):
-        rows += (tmp_path / f"genre.{s}.tsv").read_text(encoding="utf-8").splitlines()
+        rows += (tmp_path / "genre" / f"{s}.tsv").read_text(encoding="utf-8").splitlines()
     assert sorted(rows) == sorted(
         [
             "law\tIn the beginning\tGen 1:1",
@@ -208,12 +209,34 @@ def test_prepared_files(tmp_path):
         ]
     )
     assert sum(sum(c.values()) for c in counts.values()) == 3
-    text_counts = prepare_text(tmp_path, verses, "web")
+    text_counts = prepare_text(tmp_path / "web-text", verses)
     assert sum(n for n, _ in text_counts.values()) == 3
     lines = []
     for s in ("train", "dev", "test"):
-        lines += (tmp_path / f"web.{s}.txt").read_text(encoding="utf-8").splitlines()
+        lines += (tmp_path / "web-text" / f"{s}.txt").read_text(encoding="utf-8").splitlines()
     assert sorted(lines) == ["Be watchful", "Blessed", "In the beginning"]
+
+
+def test_the_loaders_read_a_folder_of_splits_and_the_former_layout(tmp_path):
+    """data/web-text/{split}.txt and data/genre/{split}.tsv; the former names
+    (web.{split}.txt, genre.{split}.tsv in one folder) are still read, the folder's own
+    names first where both are there."""
+    new, former = tmp_path / "new", tmp_path / "former"
+    new.mkdir()
+    former.mkdir()
+    for s in ("train", "dev", "test"):
+        (new / f"{s}.txt").write_text(f"{s} verse\n", encoding="utf-8")
+        (new / f"{s}.tsv").write_text(f"law\t{s} verse\n", encoding="utf-8")
+        (former / f"web.{s}.txt").write_text(f"old {s}\n", encoding="utf-8")
+        (former / f"genre.{s}.tsv").write_text(f"law\told {s}\n", encoding="utf-8")
+    assert load_lines(new) == {s: [f"{s} verse"] for s in ("train", "dev", "test")}
+    assert load_labelled(new)["dev"] == [("law", "dev verse")]
+    assert load_lines(former)["test"] == ["old test"]
+    assert load_labelled(former)["train"] == [("law", "old train")]
+    (new / "web.train.txt").write_text("old\n", encoding="utf-8")
+    assert load_lines(new)["train"] == ["train verse"]
+    with pytest.raises(CorpusError, match=r"scratchformer data web-text"):
+        load_lines(tmp_path)
 
 
 def test_missing_module_names_the_install_commands(tmp_path):
@@ -256,12 +279,12 @@ def test_real_preparation_of_the_web(tmp_path):
     n = 0
     labels = set()
     for s in ("train", "dev", "test"):
-        for line in (tmp_path / f"genre.{s}.tsv").read_text(encoding="utf-8").splitlines():
+        for line in (tmp_path / "genre" / f"{s}.tsv").read_text(encoding="utf-8").splitlines():
             label, text, ref = line.split("\t")
             assert "<" not in text and ">" not in text and "  " not in text, ref
             labels.add(label)
             n += 1
     assert 30000 < n < 31200
     assert labels == set(bib.GENRES)
-    text = (tmp_path / "web.train.txt").read_text(encoding="utf-8")
+    text = (tmp_path / "web-text" / "train.txt").read_text(encoding="utf-8")
     assert text.startswith("In the beginning, God created the heavens and the earth.\n")

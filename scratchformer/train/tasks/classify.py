@@ -24,7 +24,7 @@ class ClassifySettings:
     """[task] of classify (defaults: configs/classify.toml)."""
 
     name: str  # "classify"
-    data_dir: str  # where genre.{train,dev,test}.tsv are
+    data_dir: str  # where {train,dev,test}.tsv are
     min_freq: int  # words seen fewer times in training are <unk>
     max_vocab: int  # the most frequent words kept
 
@@ -44,7 +44,7 @@ class ClassifyTask(Task):
 
     def __init__(self, settings: ClassifySettings):
         super().__init__(settings)
-        rows = load_labelled(settings.data_dir, "genre")
+        rows = load_labelled(settings.data_dir)
         self.texts = {split: rows[f] for split, f in SPLIT_FILES.items()}
         train_words = [words(t) for _, t in self.texts["train"]]
         self.tokenizer = WhitespaceTokenizer.fit(

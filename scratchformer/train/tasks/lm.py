@@ -27,7 +27,7 @@ class LMSettings:
     """[task] of lm (defaults: configs/lm.toml)."""
 
     name: str  # "lm"
-    data_dir: str  # where web.{train,dev,test}.txt are
+    data_dir: str  # where {train,dev,test}.txt are
     temperature: float  # of the sample printed at the end (0 = greedy)
     top_k: int  # the sample draws among the k most likely characters (0 = all)
     sample_len: int  # characters of that sample at most (0 = no sample)
@@ -49,7 +49,7 @@ class LMTask(Task):
 
     def __init__(self, settings: LMSettings):
         super().__init__(settings)
-        lines = load_lines(settings.data_dir, "web")
+        lines = load_lines(settings.data_dir)
         self.texts = {split: lines[f] for split, f in SPLIT_FILES.items()}
         self.tokenizer = CharTokenizer.fit(self.texts["train"])
         self._examples = {}
