@@ -351,7 +351,15 @@ class Trainer:
         kept = self.world.broadcast(kept)
         test, examples, averaged = None, [], None
         if final_eval and self.world.main:
-            test, examples, averaged = final.final_evaluation(self)
+            average = final.average_model(
+                self.task, self.model_config, self.ckpt_dir, cfg.train.average_last, self.step,
+                self.meta(),
+            )  # fmt: skip
+            test, examples = final.final_evaluation(
+                self.task, self.model, average, step=self.step, train=cfg.train,
+                seed=cfg.seed, show=final.Show(self.progress, self.echo), log=self.log,
+            )  # fmt: skip
+            averaged = average[2]
         elapsed = time.perf_counter() - t_start
         # tokens/s of the steps alone: validation and saving are left out
         speed = self.tokens_seen_here / max(train_seconds - self.aside_seconds, 1e-9)
@@ -445,8 +453,7 @@ class Trainer:
             self.window = Window()
         if ((t.eval_every and s % t.eval_every == 0) or last) and self.world.main:
             n_valid = self.task.sizes()["valid"]
-            m = final.staged(
-                self,
+            m = final.Show(self.progress, self.echo).staged(
                 "validation",
                 min(n_valid, t.eval_limit or n_valid),
                 lambda tick: self.task.evaluate(

@@ -170,9 +170,9 @@ def test_ctrl_c_while_the_test_set_is_judged_keeps_the_training(tmp_path, capfd,
     run = tmp_path / "run"
     real = loop.final.final_evaluation
 
-    def final_evaluation(trainer):
+    def final_evaluation(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)
-        return real(trainer)
+        return real(*args, **kwargs)
 
     with monkeypatch.context() as m:
         m.setattr(loop.final, "final_evaluation", final_evaluation)
