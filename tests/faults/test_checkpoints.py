@@ -6,13 +6,19 @@ and ``average`` for every case, ``train --resume`` where the field is the traine
 The command must return 2 and print exactly one line on stderr naming the file and what
 is wrong, no traceback. The untampered checkpoint, and the harmless variations, load.
 
-The zip bombs (small files whose arrays inflate to gigabytes): test_checkpoint_bombs.py.
+A save that fails or is cut short (a crash between the write and the rename, a full
+disk) leaves the old checkpoint; checkpoints of different models, tasks or tokenizers
+are not averaged. The zip bombs (small files whose arrays inflate to gigabytes):
+test_checkpoint_bombs.py. What works: tests/test_checkpoint.py.
 """
 
 import io
 import json
 import shutil
 import struct
+import subprocess
+import sys
+import textwrap
 import zipfile
 
 import numpy as np
@@ -20,8 +26,15 @@ import pytest
 
 from scratchformer import backend as B
 from scratchformer import memory
-from scratchformer.checkpoint import load_checkpoint
+from scratchformer.checkpoint import (
+    CheckpointError,
+    average_checkpoints,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
 from scratchformer.cli import main as cli_main
+from scratchformer.models import Transformer, TransformerConfig
 
 P, M, V = "model/embed.E", "optim/m/embed.E", "optim/v/embed.E"  # arrays every run has
 _DROP = object()
@@ -464,3 +477,97 @@ def test_average_creates_the_output_directory(good, tmp_path, capsys):
     want = load_checkpoint(good).model.state_dict()
     got = load_checkpoint(out).model.state_dict()
     assert all(np.array_equal(got[k], v) for k, v in want.items())
+
+
+# -- writing, and averaging through the API -------------------------------------------------
+def tiny_model(seed=0, **kw):
+    return Transformer(TransformerConfig.preset("tiny", vocab_size=13, seed=seed, **kw))
+
+
+def _params_equal(a, b):
+    pa, pb = a.state_dict(), b.state_dict()
+    return set(pa) == set(pb) and all(np.array_equal(pa[k], pb[k]) for k in pa)
+
+
+def test_crash_between_temp_write_and_rename_keeps_the_old_checkpoint(tmp_path):
+    """A real crash (os._exit, no clean-up) after the temporary file is written and
+    before the rename: the old checkpoint under the real name is untouched."""
+    path = tmp_path / "checkpoint_1.npz"
+    old = tiny_model(seed=0)
+    save_checkpoint(path, old, step=1)
+    script = textwrap.dedent(
+        f"""
+        import os
+        from scratchformer import checkpoint
+        from scratchformer.models import Transformer, TransformerConfig
+        def crash(src, dst):
+            assert os.path.getsize(src) > 0   # the new checkpoint is fully written ...
+            os._exit(17)                      # ... and the process dies before the rename
+        checkpoint.os.replace = crash
+        new = Transformer(TransformerConfig.preset("tiny", vocab_size=13, seed=1))
+        checkpoint.save_checkpoint({str(path)!r}, new, step=2)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 17, proc.stderr
+    leftovers = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers  # the half-done write is only under a temporary name
+    ck = load_checkpoint(path)
+    assert ck.step == 1 and _params_equal(ck.model, old)
+    assert [p for _, p in list_checkpoints(tmp_path)] == [path]  # temp file never listed
+
+
+def test_failed_write_cleans_up_and_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint_1.npz"
+    old = tiny_model(seed=0)
+    save_checkpoint(path, old, step=1)
+
+    def fail(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("scratchformer.checkpoint.os.replace", fail)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, tiny_model(seed=1), step=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_1.npz"]
+    assert load_checkpoint(path).step == 1
+
+
+def test_mismatched_keys_or_shapes_are_errors(tmp_path):
+    a = save_checkpoint(tmp_path / "a.npz", tiny_model())
+    b = save_checkpoint(tmp_path / "b.npz", tiny_model(share_embeddings="none"))
+    with pytest.raises(CheckpointError, match="model configurations differ.*share_embeddings"):
+        average_checkpoints([a, b])
+    c = save_checkpoint(
+        tmp_path / "c.npz", Transformer(TransformerConfig.preset("tiny", vocab_size=14))
+    )
+    with pytest.raises(CheckpointError, match="model configurations differ"):
+        average_checkpoints([a, c])
+    with pytest.raises(CheckpointError, match="no checkpoints"):
+        average_checkpoints([])
+
+
+def test_mixed_runs_are_refused(tmp_path):
+    """Equal shapes are not enough: a pre-LN model, another task or another tokenizer
+    makes the mean meaningless, and the error says which. Dropout and seed may differ."""
+    a = save_checkpoint(tmp_path / "a.npz", tiny_model(), meta={"task": "reverse"})
+    ok = save_checkpoint(
+        tmp_path / "ok.npz", tiny_model(seed=5, P_drop=0.3), meta={"task": "reverse"}
+    )
+    average_checkpoints([a, ok])
+    pre = save_checkpoint(tmp_path / "pre.npz", tiny_model(norm="pre"), meta={"task": "reverse"})
+    with pytest.raises(CheckpointError, match="norm: 'pre' against 'post'"):
+        average_checkpoints([a, pre])
+    sort = save_checkpoint(tmp_path / "sort.npz", tiny_model(), meta={"task": "sort"})
+    with pytest.raises(CheckpointError, match="tasks differ \\('sort' against 'reverse'\\)"):
+        average_checkpoints([a, sort])
+    tok_a, tok_b = ({"kind": "char", "vocab": list(v)} for v in ("abc", "abd"))
+    x = save_checkpoint(tmp_path / "x.npz", tiny_model(), meta={"task": "t", "tokenizer": tok_a})
+    y = save_checkpoint(tmp_path / "y.npz", tiny_model(), meta={"task": "t", "tokenizer": tok_b})
+    with pytest.raises(CheckpointError, match="tokenizers differ"):
+        average_checkpoints([x, y])
+    bpe_a, bpe_b = ({"type": "spm-bpe", "vocab_size": 13, "model": m * 50_000} for m in "ab")
+    x = save_checkpoint(tmp_path / "x.npz", tiny_model(), meta={"task": "t", "tokenizer": bpe_a})
+    y = save_checkpoint(tmp_path / "y.npz", tiny_model(), meta={"task": "t", "tokenizer": bpe_b})
+    with pytest.raises(CheckpointError, match="tokenizers differ") as e:
+        average_checkpoints([x, y])
+    assert len(str(e.value)) < 400  # says so; never prints the two models
