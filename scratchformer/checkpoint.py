@@ -95,13 +95,10 @@ def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_sta
     ``optimizer``: an ``Adam`` (or its ``state_dict()``); ``meta`` and ``train_state``:
     JSON-serialisable dicts. Returns the path written.
 
-    Testing hook: with the environment variable ``SCRATCHFORMER_FAULT_SAVE`` set to a
-    point of the write (``before-write``: the temporary file created, empty;
-    ``after-write``: it is written and fsync'ed, not yet renamed; ``after-replace``: the
-    file is in place), optionally ``:<file name>`` (``after-write:averaged.npz``), the
-    save stops there: it prints ``fault point <point>: <path>`` on stderr and sleeps, so
-    that a test can kill the process at exactly that point (tests/faults/test_faults.py).
-    Unset, it costs one environment lookup per point.
+    The write goes in three steps, each its own function: ``_create_temporary`` (an empty
+    file beside ``path``), ``_write_arrays`` (written and fsync'ed), ``_install`` (renamed
+    onto ``path``, the directory fsync'ed); a kill between two leaves the old file or the
+    new one under ``path`` (tests/faults/test_faults.py kills a save after each step).
     """
     np = backend.np
     path = Path(path)
@@ -133,35 +130,28 @@ def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_sta
 
     fd, tmp = _create_temporary(path)
     try:
-        _fault_point("before-write", path)
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        _fault_point("after-write", path)
-        os.replace(tmp, path)
+        _write_arrays(fd, arrays)
+        _install(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
-    _fault_point("after-replace", path)
     return path
 
 
-def _fault_point(point: str, path: Path) -> None:
-    """The testing hook of ``save_checkpoint`` (see there): announce ``point`` on stderr
-    and sleep when ``SCRATCHFORMER_FAULT_SAVE`` names it (and ``path``'s name, if given),
-    so that a fault test can kill the save exactly there; nothing otherwise."""
-    wanted = os.environ.get("SCRATCHFORMER_FAULT_SAVE")
-    if not wanted:
-        return
-    where, _, name = wanted.partition(":")
-    if where == point and name in ("", path.name):
-        import time  # the testing hook alone sleeps
+def _write_arrays(fd: int, arrays: dict) -> None:
+    """Write ``arrays`` as an ``.npz`` to the open file ``fd``, flushed and fsync'ed;
+    closes ``fd``."""
+    with os.fdopen(fd, "wb") as f:
+        backend.np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
 
-        os.write(2, f"fault point {point}: {path}\n".encode())
-        time.sleep(3600)
+
+def _install(tmp: str, path: Path) -> None:
+    """Rename the written temporary file onto ``path`` and make the rename durable."""
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
 
 
 def _model_spec(model) -> dict:

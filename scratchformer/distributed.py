@@ -111,7 +111,6 @@ class MPIWorld(World):
         self.comm = MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         sys.excepthook = self._abort_on_exception
-        self.sums, self.fail_at = 0, _fault_sum(self.rank)
         self.before_abort = []
 
     def _abort_on_exception(self, kind, value, tb) -> None:
@@ -121,11 +120,6 @@ class MPIWorld(World):
         self.abort(1)
 
     def sum_(self, a):
-        self.sums += 1
-        if self.sums == self.fail_at:
-            raise RuntimeError(
-                f"fault injected at gradient sum {self.sums} ({FAULT_VAR}={self.rank}:{self.sums})"
-            )
         self.comm.Allreduce(self.MPI.IN_PLACE, a, op=self.MPI.SUM)
         return a
 
@@ -158,18 +152,6 @@ class MPIWorld(World):
         sys.stderr.flush()
         time.sleep(0.2)  # let mpiexec forward the last line before the job is torn down
         self.comm.Abort(code)
-
-
-#: testing hook: ``<rank>:<n>`` makes that rank fail at its n-th ``sum_`` (the gradient
-#: sum of step n of a fresh run), as a rank would that meets an error of its own
-FAULT_VAR = "SCRATCHFORMER_FAULT_RANK"
-
-
-def _fault_sum(rank: int) -> int:
-    """The ``sum_`` at which this rank fails by ``FAULT_VAR`` (tests/faults/
-    test_distributed.py), or 0: never. Read once, so that unset it costs nothing a step."""
-    where, _, n = os.environ.get(FAULT_VAR, "").partition(":")
-    return int(n) if where == str(rank) and n.isdigit() else 0
 
 
 _WORLD: World | None = None

@@ -22,7 +22,8 @@ from scratchformer.checkpoint import load_checkpoint
 END_LIMIT = 30
 #: how long one job may run before the test gives up on it
 RUN_LIMIT = 120
-#: one BLAS thread (the tests share the cores), no testing hook and no launcher of ours
+#: one BLAS thread (the tests share the cores), no fault (tests/fault_hooks.py) and no
+#: launcher of ours
 ENV = {
     k: v
     for k, v in os.environ.items()

@@ -9,7 +9,7 @@ released and no rank is left running.
   run never stopped ends; SIGTERM: the same, exit 143;
 - a second Ctrl-C, while rank 0 writes the checkpoint of the first: stops at once, exit
   130, no temporary file left;
-- a failing rank (the testing hook ``SCRATCHFORMER_FAULT_RANK``), rank 1 or rank 0: the
+- a failing rank (made to fail by tests/fault_hooks.py), rank 1 or rank 0: the
   job ends, the lock is released by whichever rank ends it.
 
 Slow (mpiexec starts in about 2 s); skipped, with the reason, where two processes cannot
@@ -23,7 +23,18 @@ import signal
 import time
 
 import pytest
-from mpi_jobs import END_LIMIT, RUN_LIMIT, Job, alive, assert_same_state, last_step, records, state
+from fault_hooks import faults_env
+from mpi_jobs import (
+    END_LIMIT,
+    ENV,
+    RUN_LIMIT,
+    Job,
+    alive,
+    assert_same_state,
+    last_step,
+    records,
+    state,
+)
 from task_data import run_config, write_toml
 
 from scratchformer.checkpoint import list_checkpoints
@@ -151,10 +162,10 @@ def test_a_signal_stops_every_rank_after_the_step_in_flight(mpi, tmp_path, launc
 
 
 def test_a_second_ctrl_c_stops_at_once_and_leaves_no_partial_file(mpi, tmp_path):
-    """The checkpoint of the first Ctrl-C is held half-written by the save's testing hook
-    (rank 0 announces it on stderr) when the second comes."""
+    """The checkpoint of the first Ctrl-C is held half-written by a fault of
+    tests/fault_hooks.py (rank 0 announces it on stderr) when the second comes."""
     cfg = config(tmp_path, 100_000)
-    hook = {"SCRATCHFORMER_FAULT_SAVE": "before-write"}  # every save: the first is step 5
+    hook = faults_env(ENV, save="before-write")  # every save: the first is step 5
     job = start(tmp_path, "ranks", mpi, "--config", cfg, env=hook)
     ranks = [job.rank_pid(0), job.rank_pid(1)]
     deadline = time.monotonic() + RUN_LIMIT
@@ -178,9 +189,8 @@ def test_a_second_ctrl_c_stops_at_once_and_leaves_no_partial_file(mpi, tmp_path)
 @pytest.mark.parametrize("victim", [1, 0])
 def test_a_failing_rank_ends_the_job_and_the_lock_is_released(mpi, tmp_path, victim):
     cfg = config(tmp_path, 100_000)
-    job = start(
-        tmp_path, "ranks", mpi, "--config", cfg, env={"SCRATCHFORMER_FAULT_RANK": f"{victim}:9"}
-    )
+    hook = faults_env(ENV, rank=f"{victim}:9")
+    job = start(tmp_path, "ranks", mpi, "--config", cfg, env=hook)
     ranks = [job.rank_pid(0), job.rank_pid(1)]
     assert ended(job, ranks, RUN_LIMIT) == 2
     assert f"(rank {victim} of 2): error: fault injected at gradient sum 9" in job.err.read_text()

@@ -8,7 +8,7 @@ line, and a killed job resumes exactly.
   moments and position, the averaged model, the checkpoints kept, and the metrics log's
   train and validation records, timings aside). Another number of processes is refused
   in one line, either way round.
-- A rank that fails (the testing hook ``SCRATCHFORMER_FAULT_RANK=<rank>:<n>`` makes it
+- A rank that fails (a fault of tests/fault_hooks.py, ``rank="<rank>:<n>"``, makes it
   raise at its n-th gradient sum) prints one line naming itself, on a line of its own
   while rank 0 draws its progress bar, and ends the job (MPI_Abort); an error every
   rank meets (a bad ``--set``) is told once, by rank 0.
@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fault_hooks import faults_env
 from mpi_jobs import (
     END_LIMIT,
     ENV,
@@ -152,7 +153,7 @@ def test_a_run_of_one_process_is_not_resumed_by_two(mpi, tiny_checkpoint, tmp_pa
 @pytest.mark.slow
 def test_a_failing_rank_names_itself_and_ends_the_job(mpi, tmp_path):
     cfg = config(tmp_path, steps=100_000)
-    job = Job(tmp_path, "--config", cfg, env={"SCRATCHFORMER_FAULT_RANK": "1:6"})
+    job = Job(tmp_path, "--config", cfg, env=faults_env(ENV, rank="1:6"))
     took = job.wait(RUN_LIMIT)
     print(f"\njob ended {took:.2f} s after its start, exit {job.p.returncode}\n{job.output()}")
     # a line of its own: not after the progress bar that rank 0 draws (no --no-progress)

@@ -4,8 +4,8 @@ continued with ``--resume``, ends bit for bit where a run that was never stopped
 A real ``python -m scratchformer train`` process is killed with SIGKILL
 
 - at random moments (seeded delays): while it starts, trains, validates or saves;
-- inside a checkpoint save, deterministically, through save_checkpoint's testing hook
-  (``SCRATCHFORMER_FAULT_SAVE=<point>:<file name>``): with the temporary file created
+- inside a checkpoint save, deterministically, through a fault of tests/fault_hooks.py
+  installed at the process's start (``save="<point>:<file name>"``): with the temporary file created
   but empty (``before-write``), written but not renamed (``after-write``), and renamed
   into place before the run pruned its old checkpoints (``after-replace``); at a
   checkpoint a few steps on, and at the final averaged model.
@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fault_hooks import faults_env
 from task_data import run_config, write_toml
 
 from scratchformer.checkpoint import META_KEY, list_checkpoints, load_checkpoint
@@ -42,7 +43,6 @@ pytestmark = pytest.mark.slow
 EVERY = 5  # steps between checkpoints
 #: one BLAS thread: the tests share two cores with each other
 ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-ENV.pop("SCRATCHFORMER_FAULT_SAVE", None)
 SEGMENT_LIMIT = 120  # seconds one process may take before the test gives up on it
 TEMPORARY = re.compile(r"^\.(checkpoint_\d+|averaged)\.npz\.[0-9a-f]{12}\.tmp$")
 
@@ -79,7 +79,7 @@ class KilledRun:
         ]
 
     def start(self, fault: str = ""):
-        env = {**ENV, "SCRATCHFORMER_FAULT_SAVE": fault} if fault else ENV
+        env = faults_env(ENV, save=fault) if fault else ENV
         out = open(self.cwd / "out.txt", "w")  # closed by kill
         err = open(self.cwd / "err.txt", "w")
         p = subprocess.Popen(self.command(), cwd=self.cwd, env=env, stdout=out, stderr=err)
@@ -122,7 +122,7 @@ class KilledRun:
         self.kill(p, files, "at a random moment" + (" of the start" if from_start else ""))
 
     def save_kill(self, point: str, name: str) -> None:
-        """Kill inside the save of ``name`` at ``point`` (the testing hook stops there)."""
+        """Kill inside the save of ``name`` at ``point`` (the fault stops it there)."""
         p, files = self.start(f"{point}:{name}")
         marker = f"fault point {point}: "
         self.wait_for(p, lambda: marker in self.text("err.txt"))

@@ -19,6 +19,7 @@ import signal
 import threading
 
 import pytest
+from fault_hooks import hook_saves
 from mpi_jobs import assert_same_state, records, state
 from task_data import run_config, write_toml
 
@@ -115,10 +116,10 @@ def test_sigterm_ends_the_run_as_ctrl_c_does_with_its_own_code(tmp_path, capfd, 
 
 def test_a_second_ctrl_c_stops_at_once_and_leaves_no_partial_file(tmp_path, capfd, monkeypatch):
     """The second Ctrl-C arrives while the checkpoint of the first is written (the save's
-    testing hook holds it there, its temporary file open)."""
+    fault of tests/fault_hooks.py holds it there, its temporary file open)."""
     cfg = config(tmp_path, steps=12)
     run = tmp_path / "run"
-    monkeypatch.setenv("SCRATCHFORMER_FAULT_SAVE", "before-write:checkpoint_7.npz")
+    hook_saves("before-write:checkpoint_7.npz", monkeypatch.setattr)
     signal_after_step(monkeypatch, 7, then=1.0)
     code, err = train(cfg, capfd)
     assert code == 130, err
@@ -136,7 +137,7 @@ def test_ctrl_c_before_the_first_checkpoint_says_there_is_nothing_to_resume(
     """A second Ctrl-C during the first save: nothing is saved, and the message says how
     to start again (the directory holds the run's config.json and log)."""
     cfg = config(tmp_path, steps=12)
-    monkeypatch.setenv("SCRATCHFORMER_FAULT_SAVE", "before-write:checkpoint_2.npz")
+    hook_saves("before-write:checkpoint_2.npz", monkeypatch.setattr)
     signal_after_step(monkeypatch, 2, then=1.0)
     code, err = train(cfg, capfd)
     assert code == 130, err
