@@ -265,7 +265,6 @@ FLAG_VALUES = [
     # the command itself
     (["trian"], "invalid choice: 'trian'", "(did you mean train?)"),
     (["--backend", "tpu", "train"], "argument --backend: invalid choice: 'tpu'"),
-    ([], "the following arguments are required: COMMAND"),
 ]
 
 
