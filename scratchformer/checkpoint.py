@@ -56,6 +56,7 @@ from scratchformer.checkpoint_read import (
     load_with_tokenizer,
     read_params,
 )
+from scratchformer.compat import task_of
 from scratchformer.errors import ConfigError
 from scratchformer.models import TransformerConfig
 from scratchformer.models.sizes import MODEL_CLASSES, model_spec
@@ -227,12 +228,7 @@ def _what_it_models(header: dict) -> tuple:
         pass  # compared as stored; reading the model reports what is wrong with it
     config = {k: v for k, v in config.items() if k not in _TRAINING_ONLY}
     meta = header.get("meta") or {}
-    task = meta.get("task")
-    if task is None:  # written before meta["task"]: the stored training config says
-        stored = meta.get("train_config")
-        task = stored.get("task") if isinstance(stored, dict) else None
-        task = task.get("name") if isinstance(task, dict) else task
-    return config, task, meta.get("tokenizer")
+    return config, task_of(meta), meta.get("tokenizer")
 
 
 def _difference(what: str, a, b) -> str:

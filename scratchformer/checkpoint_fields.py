@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+from scratchformer.compat import TRAIN_STATE_RENAMED
 from scratchformer.data import tokenizer_from_dict
 from scratchformer.errors import ScratchformerError
 
@@ -36,8 +37,8 @@ OPTIM_PREFIXES = {"m": "optim/m/", "v": "optim/v/"}
 
 #: the dtypes parameters and moments are stored in
 FLOAT_DTYPES = ("float32", "float64")
-#: train_state's counters (``tokens``: the name in checkpoints of earlier versions)
-TRAIN_STATE_COUNTS = ("step", "epoch", "batch_index", "tokens_seen", "tokens", "seed")
+#: train_state's counters (and their names in earlier versions, ``compat``)
+TRAIN_STATE_COUNTS = ("step", "epoch", "batch_index", "tokens_seen", "seed", *TRAIN_STATE_RENAMED)
 
 
 class CheckpointError(ScratchformerError):

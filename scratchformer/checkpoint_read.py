@@ -42,6 +42,7 @@ from scratchformer.checkpoint_fields import (
     checked_tokenizer,
     show_size,
 )
+from scratchformer.compat import model_spec_of
 from scratchformer.errors import ConfigError, StateDictError
 from scratchformer.models import TransformerConfig
 from scratchformer.models.sizes import (
@@ -283,21 +284,6 @@ def _split(arrays: dict) -> tuple[dict, dict]:
 
 
 # -- the model it holds -------------------------------------------------------------------
-def _model_spec_of(header: dict) -> dict:
-    """The header's model class (and a classifier's classes); for checkpoints written
-    before the class was recorded, from ``meta["task"]``."""
-    meta = header.get("meta") or {}
-    spec = header.get("model")
-    if spec is None:
-        task = meta.get("task")
-        spec = {"class": "Transformer"}
-        if task == "lm":
-            spec = {"class": "LanguageModel"}
-        elif task == "classify":
-            spec = {"class": "EncoderClassifier", "num_classes": len(meta.get("labels") or [])}
-    return spec
-
-
 def _check_model(header: dict, config: TransformerConfig, path) -> dict:
     """The model a checkpoint's parameters load into, checked before it is built: its
     class, then its number of parameter arrays against the arrays listed (so that a small
@@ -305,7 +291,7 @@ def _check_model(header: dict, config: TransformerConfig, path) -> dict:
     as the file lists), its size (parameters and gradients, with the arrays read) against
     the memory available, then every listed name, shape and dtype against its
     parameters. Returns its spec."""
-    spec = _model_spec_of(header)
+    spec = model_spec_of(header)
     try:
         model_class(spec)
         tensors, _ = parameter_totals(spec, config)

@@ -3,8 +3,8 @@
 The package is built in floors, each using only the ones below it (the README's
 "Layout" section shows the same order):
 
-    0  backend, errors, progress,     arrays, error types, progress display, host memory
-       memory
+    0  backend, errors, progress,     arrays, error types, progress display, host memory,
+       memory, compat                 older names and files still read
     1  ops                            pure forward/backward pairs
     2  nn                             modules: parameters, gradients, wiring
     3  models                         the Transformer, the language model, the classifier
@@ -32,7 +32,7 @@ import scratchformer
 PACKAGE = Path(scratchformer.__file__).resolve().parent
 
 FLOORS = [
-    {"backend", "errors", "progress", "memory"},
+    {"backend", "errors", "progress", "memory", "compat"},
     {"ops"},
     {"nn"},
     {"models"},

@@ -26,11 +26,10 @@ from pathlib import Path
 from scratchformer import distributed
 from scratchformer.checkpoint import CheckpointError, latest_checkpoint, read_params
 from scratchformer.commands import COUNT, NONNEGATIVE, number
+from scratchformer.compat import flat_override
 from scratchformer.errors import ConfigError, Interrupted, signal_name
 from scratchformer.train import TASKS, TrainConfig, Trainer
 from scratchformer.train.config import (
-    FLAT_KEYS,
-    TOP_LEVEL,
     build,
     migrate,
     override_value,
@@ -144,9 +143,10 @@ def override_layers(args) -> list[tuple[dict, str]]:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE")
         key, text = (x.strip() for x in item.split("=", 1))
-        if key in FLAT_KEYS and key not in TOP_LEVEL:  # the former lm/classify grammar
-            print(f"note: --set {key} is now --set {FLAT_KEYS[key]}")
-            key = FLAT_KEYS[key]
+        notes: list = []
+        key = flat_override(key, notes)  # the former lm/classify grammar
+        for note in notes:
+            print(note)
         d = {}
         set_dotted(d, key, override_value(key, text))
         layers.append((d, f"--set {item}"))

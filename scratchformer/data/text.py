@@ -36,6 +36,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from scratchformer.compat import split_file
 from scratchformer.errors import ScratchformerError
 
 SPLITS = ("train", "dev", "test")
@@ -107,10 +108,10 @@ def _need_file(path: Path, command: str) -> Path:
 
 
 def _split_file(d: Path, split: str, ext: str, former: str, command: str) -> Path:
-    """``d/<split>.<ext>``, or the former layout's ``d/<former>.<split>.<ext>`` when only
-    that one is there; missing: an error naming the command that writes it."""
-    path, old = d / f"{split}.{ext}", d / f"{former}.{split}.{ext}"
-    return old if old.is_file() and not path.is_file() else _need_file(path, command)
+    """``d/<split>.<ext>`` (or the former layout's file, ``compat.split_file``); missing:
+    an error naming the command that writes it."""
+    path = split_file(d, split, ext, former)
+    return path if path.is_file() else _need_file(d / f"{split}.{ext}", command)
 
 
 def load_lines(data_dir) -> dict:

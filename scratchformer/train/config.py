@@ -18,8 +18,8 @@ over the one before:
 Sections merge key by key, except that a ``[model]`` naming a ``preset`` starts the
 model again from that preset. The result must give every key of every section; a key
 that is unknown, of the wrong type, or that does not apply to the task is an error
-naming it and where it came from. Keys renamed since earlier versions (``RENAMED``)
-still work, with a note naming the new key.
+naming it and where it came from. Keys renamed since earlier versions still work, with a
+note naming the new key (``scratchformer.compat``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from scratchformer.compat import migrate_config
 from scratchformer.errors import ConfigError, need, wrong_field_types
 from scratchformer.models import TransformerConfig
 from scratchformer.train.tasks import TASKS
@@ -43,34 +44,6 @@ except ModuleNotFoundError:  # Python < 3.11
 
 TOP_LEVEL = ("name", "seed", "run_dir")
 SECTIONS = ("task", "model", "optim", "train")
-
-#: old key -> new key; an old key in a config, a checkpoint or --set works, with a note
-RENAMED = {
-    "train.max_steps": "train.steps",
-    "optim.factor": "optim.lr_factor",
-    "train.decode": "task.decode",
-    "train.beam_size": "task.beam_size",
-    "train.alpha": "task.alpha",
-}
-
-#: the settings of the former lm/classify trainer, which had no sections -> their keys now
-FLAT_KEYS = {
-    "steps": "train.steps",
-    "max_tokens": "train.max_tokens",
-    "schedule": "optim.schedule",
-    "warmup": "optim.warmup",
-    "lr_factor": "optim.lr_factor",
-    "lr": "optim.lr",
-    "clip_norm": "optim.clip_norm",
-    "log_every": "train.log_every",
-    "eval_every": "train.eval_every",
-    "eval_limit": "train.eval_limit",
-    "time_limit": "train.time_limit",
-    "threads": "train.threads",
-    "data_dir": "task.data_dir",
-    "min_freq": "task.min_freq",
-    "max_vocab": "task.max_vocab",
-}
 
 
 @dataclass
@@ -271,39 +244,15 @@ def set_dotted(d: dict, dotted: str, value) -> None:
 
 # -- layers ---------------------------------------------------------------------------------
 def migrate(d: dict, label: str, notes: list, stored: bool = False) -> dict:
-    """``d`` with renamed keys under their new names (a note each). ``stored``: written by
-    a trainer (config.json, a checkpoint), where keys another kind of task used to carry
-    are dropped rather than refused, and the former lm/classify layout is converted."""
-    d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in d.items()}
-    if isinstance(d.get("task"), str):  # the former lm/classify settings: one flat table
-        old, d = d, {"task": {"name": d["task"]}}
-        for k, v in old.items():
-            if k == "task":
-                continue
-            if k in TOP_LEVEL or k == "model":
-                d[k] = v
-            elif k in FLAT_KEYS:
-                set_dotted(d, FLAT_KEYS[k], v)
-        d["name"] = d.get("name") or d["task"]["name"]
-        notes.append(
-            f"note: {label} holds lm/classify settings of the former layout, "
-            "now read as [task], [optim] and [train]"
-        )
-    for old, new in RENAMED.items():
-        section, key = old.split(".")
-        if isinstance(d.get(section), dict) and key in d[section]:
-            value = d[section].pop(key)
-            new_section, new_key = new.split(".")
-            d.setdefault(new_section, {}).setdefault(new_key, value)
-            notes.append(f"note: {old} is now called {new} (in {label})")
-    task = d.get("task")
-    if isinstance(task, dict) and task.get("decode") == "auto":  # it always meant beam
-        task["decode"] = "beam"
-        notes.append(f"note: task.decode = 'auto' is now 'beam' (in {label})")
-    if stored and isinstance(task, dict) and task.get("name") in TASKS:
-        keep = {f.name for f in dataclasses.fields(TASKS[task["name"]].Settings)}
-        d["task"] = {k: v for k, v in task.items() if k in keep}
-    return d
+    """``d`` in the current layout (``compat.migrate_config``: renamed keys, the former
+    flat lm/classify settings, a note each). ``stored``: written by a trainer
+    (config.json, a checkpoint), where keys its task no longer has are dropped."""
+    return migrate_config(d, label, notes, _task_fields if stored else None)
+
+
+def _task_fields(name) -> set | None:
+    """The fields of task ``name``'s settings now (None for a task we do not know)."""
+    return {f.name for f in dataclasses.fields(TASKS[name].Settings)} if name in TASKS else None
 
 
 def _merge(base: dict, over: dict, label: str, origins: dict) -> dict:
@@ -445,8 +394,6 @@ def _check_model_keys(model: dict, origins: dict) -> None:
 
 
 __all__ = [
-    "FLAT_KEYS",
-    "RENAMED",
     "LoopConfig",
     "OptimConfig",
     "TrainConfig",

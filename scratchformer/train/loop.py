@@ -48,7 +48,7 @@ from pathlib import Path
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from scratchformer import backend, distributed
+from scratchformer import backend, compat, distributed
 from scratchformer.checkpoint import (
     CheckpointError,
     checkpoint_name,
@@ -187,9 +187,9 @@ class Trainer:
         check_resumable(ck, path, self.cfg, self.task, self.model_config)
         self.model.load_state_dict(ck.model.state_dict())
         self.optimizer.load_state_dict(ck.optimizer_state)
-        ts = ck.train_state
+        ts = compat.train_state(ck.train_state)
         self.step, self.epoch, self.batch_index = ts["step"], ts["epoch"], ts["batch_index"]
-        self.tokens_seen = ts.get("tokens_seen", ts.get("tokens", 0))
+        self.tokens_seen = ts.get("tokens_seen", 0)
         self.seconds_before = ts.get("seconds", 0.0)
         self.window = Window(ts.get("window"))
         self.last_checkpoint = path

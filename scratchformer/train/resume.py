@@ -10,6 +10,7 @@ refusal names them all.
 
 from __future__ import annotations
 
+from scratchformer import compat
 from scratchformer.checkpoint import CheckpointError
 from scratchformer.errors import ConfigError
 from scratchformer.train.config import TrainConfig
@@ -117,8 +118,9 @@ __all__ = ["RESUMABLE", "check_ranks", "check_resumable", "resume_changes"]
 def check_ranks(train_state: dict, path, world) -> None:
     """Refuse to continue a run with another number of processes than it had: each
     rank's dropout masks are its own, so the steps would not be the ones it would have
-    taken. (Checkpoints from before data parallelism were written by one process.)"""
-    ranks = train_state.get("ranks", 1)
+    taken. (Checkpoints from before data parallelism were written by one process:
+    ``compat.train_state``.)"""
+    ranks = compat.train_state(train_state)["ranks"]
     if ranks != world.size:
         how = "one process" if ranks == 1 else f"mpiexec -n {ranks}"
         raise ConfigError(
