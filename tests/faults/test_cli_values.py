@@ -251,6 +251,7 @@ FLAG_VALUES = [
     (["gradcheck", "--vocab", "3"], "argument --vocab: must be a whole number >= 4"),
     (["gradcheck", "--dropout", "1"], "argument --dropout: must be a finite number >= 0 and < 1"),
     (["gradcheck", "--dropout", "-0.1"], "argument --dropout"),
+    (["gradcheck", "--label-smoothing", "1"], "argument --label-smoothing: must be a finite"),
     (["gradcheck", "--label-smoothing", "1"], "argument --label-smoothing"),
     (["gradcheck", "--tol", "0"], "argument --tol: must be a finite number > 0"),
     (["gradcheck", "--tol", "nan"], "argument --tol"),

@@ -48,6 +48,8 @@ SETTINGS = [
     ("model.N_dec=0", "[model]: need N >= 0 and N_dec >= 1"),
     ("model.P_drop=1.5", "[model]: P_drop must be in [0, 1), got 1.5"),
     ("model.P_drop=-0.1", "[model]: P_drop must be in [0, 1)"),
+    ("model.P_drop_attn=1.0", "[model]: P_drop_attn must be in [0, 1), got 1.0"),
+    ("model.P_drop_ffn=-0.5", "[model]: P_drop_ffn must be in [0, 1), got -0.5"),
     ("model.eps_ls=1.0", "[model]: eps_ls must be in [0, 1)"),
     ("model.d_k=0", "[model]: d_k must be positive"),
     ("model.attention='foo'", "[model]: attention='foo'"),
