@@ -19,7 +19,7 @@ from scratchformer.commands import COUNT, NONNEGATIVE, integer, number
 from scratchformer.decode import greedy_decode
 from scratchformer.models import Transformer
 from scratchformer.ops import sinusoidal_table
-from scratchformer.viz import ATTENTION_KINDS, PlotError
+from scratchformer.viz import ATTENTION_MAPS, PlotError
 
 #: where the plots of no run go (a run's plots go into its directory): beside the runs,
 #: never into the current folder (in a clone, a stray untracked file)
@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
     a.add_argument("source", help="the source sentence (text, tokenized as in training)")
     a.add_argument("--target", help="teacher-force this target instead of decoding")
     a.add_argument(
-        "--kind", choices=[*ATTENTION_KINDS, "all"], default="all", help="which attention"
+        "--kind", choices=[*ATTENTION_MAPS, "all"], default="all", help="which attention"
     )
     a.add_argument("--layer", type=NONNEGATIVE, nargs="+", help="layers to draw (default: all)")
     a.add_argument("--head", type=NONNEGATIVE, nargs="+", help="heads to draw (default: all)")
@@ -153,13 +153,13 @@ def run_attention(args) -> int:
     tgt_in_tokens = [bos] + [itos[i] for i in tgt_ids]
     tgt_out_tokens = [itos[i] for i in tgt_ids] + [eos]
     maps = viz.attention_maps(model, src_ids, tgt_in)
-    kinds = list(ATTENTION_KINDS) if args.kind == "all" else [args.kind]
+    kinds = list(ATTENTION_MAPS) if args.kind == "all" else [args.kind]
     step = f"step {ck.step}"
     print(f"checkpoint {ck.path} ({step}, N={cfg.N}, h={cfg.h}, d_model={cfg.d_model})")
     print(f"source: {args.source!r}  ->  target ({how}): {tok.decode(tgt_ids)!r}")
     for kind in kinds:
         out = Path(args.out_dir or run_dir_of(ck.path)) / f"attention_{kind}.png"
-        title = f"{ATTENTION_KINDS[kind][0]}  ({step}"
+        title = f"{ATTENTION_MAPS[kind][0]}  ({step}"
         title += ")" if kind == "encoder" else f"; target: {how})"
         viz.plot_attention(
             maps,

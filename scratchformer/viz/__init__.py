@@ -16,7 +16,7 @@ Dimension key: ``H`` heads, ``S`` source length, ``T`` target length, ``L`` posi
 """
 
 from scratchformer.viz.attention import (
-    ATTENTION_KINDS,
+    ATTENTION_MAPS,
     AttentionMaps,
     attention_maps,
     display_tokens,
@@ -26,7 +26,7 @@ from scratchformer.viz.curves import plot_curves, plot_positional, plot_schedule
 from scratchformer.viz.figure import PlotError, png_size
 
 __all__ = [
-    "ATTENTION_KINDS",
+    "ATTENTION_MAPS",
     "AttentionMaps",
     "PlotError",
     "attention_maps",

@@ -13,8 +13,9 @@ from scratchformer import backend
 from scratchformer.viz.figure import DPI, MAX_PIXELS, PlotError, new_figure, png_path, save_png
 
 # -- attention ----------------------------------------------------------------------------
-#: kind -> (title, query axis, key axis)
-ATTENTION_KINDS = {
+#: the attention maps of an encoder-decoder, by which attention they show: kind -> (title,
+#: query axis, key axis)
+ATTENTION_MAPS = {
     "encoder": ("encoder self-attention", "source (query)", "source (key)"),
     "decoder": ("decoder masked self-attention", "decoder input (query)", "decoder input (key)"),
     "cross": ("encoder-decoder (cross) attention", "query (the token it predicts)", "source (key)"),
@@ -35,9 +36,9 @@ class AttentionMaps:
     cross: list
 
     def layers(self, kind: str) -> list:
-        if kind not in ATTENTION_KINDS:
+        if kind not in ATTENTION_MAPS:
             raise PlotError(
-                f"unknown attention kind {kind!r}: expected one of {list(ATTENTION_KINDS)}"
+                f"unknown attention kind {kind!r}: expected one of {list(ATTENTION_MAPS)}"
             )
         return getattr(self, kind)
 
@@ -171,10 +172,10 @@ def plot_attention(
     png_path(path)
     per_layer = maps.layers(kind)
     if not per_layer:
-        raise PlotError(f"the model has no {ATTENTION_KINDS[kind][0]} layers (N = 0)")
+        raise PlotError(f"the model has no {ATTENTION_MAPS[kind][0]} layers (N = 0)")
     layer_ids = _pick(len(per_layer), layers, f"the {kind}", "layer")
     head_ids = _pick(int(per_layer[0].shape[0]), heads, "each layer", "head")
-    name, ylabel, xlabel = ATTENTION_KINDS[kind]
+    name, ylabel, xlabel = ATTENTION_MAPS[kind]
     shape = per_layer[0].shape[1:]  # (queries, keys)
     rows, cols = _attention_labels(kind, shape, src_tokens, tgt_in_tokens, tgt_out_tokens)
     nr, nc = len(layer_ids), len(head_ids)
