@@ -54,6 +54,7 @@ from scratchformer.checkpoint_read import (
     Checkpoint,
     load_checkpoint,
     load_with_tokenizer,
+    read_header,
     read_params,
 )
 from scratchformer.compat import task_of
@@ -297,6 +298,7 @@ __all__ = [
     "list_checkpoints",
     "load_checkpoint",
     "load_with_tokenizer",
+    "read_header",
     "read_params",
     "save_checkpoint",
 ]

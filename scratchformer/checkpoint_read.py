@@ -366,6 +366,12 @@ def _read_checked(path) -> tuple:
         return header, config, model, reader.arrays()
 
 
+def read_header(path) -> dict:
+    """A checkpoint's header, every field checked (steps 1-3 above); no array is read."""
+    with _Reader(Path(path)) as reader:
+        return reader.header
+
+
 def read_params(path) -> tuple[dict, dict]:
     """``(params, header)``: a checkpoint's parameters as NumPy arrays, checked as
     ``load_checkpoint`` checks them (the model they are checked against is dropped)."""
@@ -447,5 +453,6 @@ __all__ = [
     "CheckpointError",
     "load_checkpoint",
     "load_with_tokenizer",
+    "read_header",
     "read_params",
 ]

@@ -9,9 +9,14 @@ checkpoint_9). A tied matrix is averaged once; checkpoints whose parameter names
 shapes differ are an error. The result is a checkpoint with the newest input's model
 config and metadata (tokenizer included) and no optimizer state.
 
+Checkpoints of different runs (another seed, other training data, another model, task
+or tokenizer) are not averaged: the error names what differs.
+
 The output (default <dir>/averaged.npz) is checked before any work: never one of the
-inputs, never a name checkpoint_<step>.npz (the trainer's: --resume would pick it up),
-never a directory; missing parent directories are created.
+inputs (the same file however it is named: links, bind mounts), never a name
+checkpoint_<step>.npz (the trainer's: --resume would pick it up), an .npz and not a
+directory; a file a run owns (its averaged.npz, config.json, metrics.jsonl) is replaced
+only with --overwrite; missing parent directories are created.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from scratchformer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from scratchformer.commands.outputs import check_not_an_input, check_output
 
 
 def add_parser(sub) -> None:
@@ -40,6 +46,11 @@ def add_parser(sub) -> None:
     p.add_argument("--last", type=int, default=None, help="with a directory: average its last N")
     p.add_argument(
         "--output", "-o", type=Path, default=None, help="output file (default: <dir>/averaged.npz)"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an output that is a run's file, e.g. its averaged.npz (never an input)",
     )
     p.set_defaults(func=run)
 
@@ -67,32 +78,27 @@ def resolve_inputs(inputs: list, last: int | None) -> list:
     return list(inputs)
 
 
-def check_output(out: Path, paths: list) -> None:
-    """Refuse an output that would overwrite an input, that the trainer owns, or that
-    is a directory; its missing parent directories are created by the save (as for
-    every checkpoint), but not through a file."""
-    if out.resolve() in {p.resolve() for p in paths}:
-        raise CheckpointError(
-            f"-o {out} is one of the checkpoints being averaged: name another file"
-        )
+def check_average_output(out: Path, paths: list, overwrite: bool) -> None:
+    """Refuse an output that is one of the inputs (the same file, however named), a
+    file a run owns (its config.json, a checkpoint, its averaged.npz: unless
+    ``overwrite``), not an .npz, a directory, or a name the trainer owns
+    (``checkpoint_<step>.npz``: ``--resume`` would take the average for the run's
+    latest checkpoint). Missing parent directories are created by the save (as for every
+    checkpoint), but not through a file."""
+    inputs = [("input checkpoint", p) for p in paths]
+    check_not_an_input(out, inputs, "-o")
     if CHECKPOINT_RE.match(out.name):
         raise CheckpointError(
             f"-o {out}: names checkpoint_<step>.npz belong to the trainer (--resume would "
             "take an average for the run's latest checkpoint): name it e.g. averaged.npz"
         )
-    if out.is_dir():
-        raise CheckpointError(f"-o {out} is a directory: name the file to write")
-    parent = out.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise CheckpointError(f"-o {out}: {parent} is not a directory")
+    check_output(out, inputs, flag="-o", kind="checkpoint", overwrite=overwrite)
 
 
 def run(args) -> int:
     paths = resolve_inputs(args.inputs, args.last)
     out = Path(args.output or paths[-1].parent / "averaged.npz")
-    check_output(out, paths)
+    check_average_output(out, paths, args.overwrite)
     averaged = average_checkpoints(paths)
     newest = load_checkpoint(paths[-1])
     newest.model.load_state_dict(averaged)

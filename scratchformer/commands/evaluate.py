@@ -25,6 +25,7 @@ from pathlib import Path
 from scratchformer.bleu import corpus_scores
 from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.commands import NONNEGATIVE, add_decoding_flags, plural
+from scratchformer.commands.outputs import check_output
 from scratchformer.data.bible_pairs import read_pairs
 from scratchformer.decode import translate
 from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
@@ -49,6 +50,11 @@ def add_parser(sub) -> None:
     add_decoding_flags(p, CHUNK_SIZE)
     p.add_argument("--limit", type=NONNEGATIVE, default=0, help="only the first N pairs (0 = all)")
     p.add_argument("--output", default=None, help="write the hypotheses to this file")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an --output that is a run's file or not text (never an input)",
+    )
     p.add_argument("--json", action="store_true", help="print the scores as one JSON line")
     p.set_defaults(func=run)
 
@@ -80,6 +86,9 @@ def run(args) -> int:
                 f"{args.checkpoint} does not say which data it was trained on: pass --data-dir"
             )
     path = Path(data_dir) / f"{args.split}.tsv"
+    if args.output is not None:
+        inputs = [("--checkpoint", args.checkpoint), (f"--split {args.split}", path)]
+        check_output(args.output, inputs, flag="--output", kind="text", overwrite=args.overwrite)
     pairs = read_pairs(path)
     if args.limit:
         pairs = pairs[: args.limit]

@@ -26,14 +26,13 @@ output written.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from contextlib import ExitStack
-from pathlib import Path
 
 from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.commands import COUNT, NONNEGATIVE, add_decoding_flags, plural
+from scratchformer.commands.outputs import STDIN, STDOUT, check_output
 from scratchformer.data.text import iter_text_lines
 from scratchformer.decode import translate, translate_nbest
 from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
@@ -60,6 +59,11 @@ def add_parser(sub) -> None:
     p.add_argument("--nbest", type=COUNT, default=1, help="hypotheses per sentence (<= beam)")
     p.add_argument("--no-repeat-ngram", type=NONNEGATIVE, default=0, help="block repeated n-grams")
     p.add_argument("--scores", action="store_true", help="tab-separated output with scores")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an --output that is a run's file or not text (never an input)",
+    )
     p.set_defaults(func=run)
 
 
@@ -69,7 +73,10 @@ def run(args) -> int:
     chunk_size = CHUNK_SIZE if args.chunk_size is None else args.chunk_size
     if chunk_size < 1:
         raise ScratchformerError(f"--chunk-size must be at least 1, got {chunk_size}")
-    _refuse_writing_over_the_input(args.input, args.output)
+    inputs = [("--checkpoint", args.checkpoint)]
+    inputs.append(("--input", args.input) if args.input != "-" else ("standard input", STDIN))
+    output = STDOUT if args.output == "-" else args.output
+    check_output(output, inputs, flag="--output", kind="text", overwrite=args.overwrite)
     ckpt, tokenizer = load_with_tokenizer(args.checkpoint, expect=Transformer)
     if args.input == "-":
         source, name, total = getattr(sys.stdin, "buffer", sys.stdin), "stdin", None
@@ -102,18 +109,6 @@ def run(args) -> int:
         file=sys.stderr,
     )
     return 0
-
-
-def _refuse_writing_over_the_input(source: str, output: str) -> None:
-    """The output is written while the input is still being read: the same file for
-    both would be emptied before it is read."""
-    if "-" in (source, output) or not Path(output).exists() or not Path(source).exists():
-        return
-    if os.path.samefile(source, output):
-        raise ScratchformerError(
-            f"--output {output} is the --input file: the input is read while the output "
-            "is written, so write to another file"
-        )
 
 
 def _decoder(args, model, tokenizer):

@@ -360,6 +360,11 @@ def _typed(d: dict, origins: dict) -> TrainConfig:
     ]
     need(not wrong, "; ".join(wrong))
     need(top["name"] != "" or top["run_dir"] != "", "the run needs a name (or a run_dir)")
+    need(
+        top["name"] == "" or is_run_name(top["name"]),
+        f"name {top['name']!r}{_where(origins, 'name')} is not a run name: one folder name "
+        "under runs/ (no /, not . or ..); to write elsewhere, give --run-dir",
+    )
     need(top["seed"] >= 0, f"seed must be >= 0, got {top['seed']}")
     task_name = d["task"]["name"]
     task = _section(TASKS[task_name].Settings, d["task"], "task", origins, task_name)
@@ -370,6 +375,16 @@ def _typed(d: dict, origins: dict) -> TrainConfig:
         model=dict(d["model"]),
         optim=_section(OptimConfig, d["optim"], "optim", origins),
         train=_section(LoopConfig, d["train"], "train", origins),
+    )
+
+
+def is_run_name(name: str) -> bool:
+    """A run's name is one path component: the folder of the run under runs/."""
+    return (
+        name not in (".", "..")
+        and not any(c in name for c in "/\\\0")
+        and name.strip() == name != ""
+        and len(name.encode("utf-8", "surrogatepass")) <= 255
     )
 
 

@@ -66,7 +66,7 @@ from scratchformer.train.config import TrainConfig
 from scratchformer.train.interrupts import Interrupts, agree, ending
 from scratchformer.train.limits import check_accumulation, check_training_memory, local_processes
 from scratchformer.train.report import TrainResult
-from scratchformer.train.resume import check_ranks, check_resumable
+from scratchformer.train.resume import check_ranks, check_resumable, check_same_run
 from scratchformer.train.rundir import (
     LOCK_NAME,
     RunLock,
@@ -74,6 +74,7 @@ from scratchformer.train.rundir import (
     clear_for_fresh_run,
     drop_later_checkpoints,
     prune_checkpoints,
+    refuse_foreign_files,
     remove_temporaries,
     truncate_metrics,
     write_config,
@@ -157,6 +158,7 @@ class Trainer:
         self.lock = None
         self.interrupts = Interrupts(w.main)  # the run's signal handlers, while it runs
         if w.main:
+            refuse_foreign_files(self.run_dir)  # a folder with files of ours it did not write
             # locked before anything in the directory changes; released when ``run`` ends
             self.lock = RunLock(self.run_dir).acquire(echo)
             try:  # refused: the directory is let go at once (the exception may be kept)
@@ -185,6 +187,7 @@ class Trainer:
             path = Path(resume)
         ck = load_checkpoint(path)
         check_resumable(ck, path, self.cfg, self.task, self.model_config)
+        check_same_run(self.run_dir, ck, path)
         self.model.load_state_dict(ck.model.state_dict())
         self.optimizer.load_state_dict(ck.optimizer_state)
         ts = compat.train_state(ck.train_state)

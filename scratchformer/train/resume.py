@@ -10,10 +10,14 @@ refusal names them all.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from scratchformer import compat
-from scratchformer.checkpoint import CheckpointError
+from scratchformer.checkpoint import CheckpointError, list_checkpoints, read_header
 from scratchformer.errors import ConfigError
 from scratchformer.train.config import TrainConfig
+from scratchformer.train.rundir import CONFIG_NAME, is_run_config
 
 #: what a resumed run may change: where it is, when it stops, how often it logs,
 #: validates and saves, its threads and its test-time decoding. Anything else would
@@ -112,7 +116,62 @@ def check_resumable(ck, path, cfg, task, model_config) -> None:
         )
 
 
-__all__ = ["RESUMABLE", "check_ranks", "check_resumable", "resume_changes"]
+__all__ = [
+    "RESUMABLE",
+    "check_ranks",
+    "check_resumable",
+    "check_same_run",
+    "resume_changes",
+    "run_of",
+]
+
+
+def run_of(run_dir: Path, but: Path | None = None):
+    """``(configuration, fingerprint, where)`` of the run whose files ``run_dir`` holds:
+    its config.json, else its newest checkpoint other than ``but`` (its stored
+    configuration and data fingerprint); None when it holds no run's files."""
+    config = Path(run_dir) / CONFIG_NAME
+    if config.is_file() and is_run_config(config):
+        return json.loads(config.read_text(encoding="utf-8")), None, config
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    found = list_checkpoints(ckpt_dir) if ckpt_dir.is_dir() else []
+    for _, p in reversed(found):
+        if but is not None and p.resolve() == but.resolve():
+            continue
+        header = read_header(p)
+        stored = (header.get("meta") or {}).get("train_config")
+        ts = header.get("train_state") or {}
+        return stored, ts.get("data"), p
+    return None
+
+
+def check_same_run(run_dir: Path, ck, path: Path) -> None:
+    """Refuse to resume ``ck`` (read from ``path``) into a run directory that holds the
+    files of another run: the two would mix in one directory (and ``--overwrite`` would
+    delete the other's). A run is told by what a resumed run may not change (the
+    settings outside ``RESUMABLE``, the model, the data)."""
+    found = run_of(run_dir, but=Path(path))
+    if found is None:
+        return
+    theirs, fingerprint, where = found
+    mine = ck.meta.get("train_config")
+    differ = []
+    try:
+        a = TrainConfig.from_stored(mine, str(path))
+        b = TrainConfig.from_stored(theirs, str(where))
+        differ = resume_changes(a, b) + (["model"] if a.model != b.model else [])
+    except (ConfigError, TypeError, ValueError):
+        differ = ["the configuration"]
+    data = (ck.train_state or {}).get("data")
+    if fingerprint and data and fingerprint != data:
+        differ.append("the training data")
+    if differ:
+        raise ConfigError(
+            f"{run_dir} holds the files of another run ({where.name} differs from {path} in "
+            f"{', '.join(differ[:4])}): resuming there would mix two runs, and no flag "
+            "deletes another run's files; resume into the checkpoint's own run directory "
+            "or a new --run-dir"
+        )
 
 
 def check_ranks(train_state: dict, path, world) -> None:

@@ -34,6 +34,8 @@ LOCK_NAME = ".lock"
 CONFIG_NAME = "config.json"
 METRICS_NAME = "metrics.jsonl"
 AVERAGED_NAME = "averaged.npz"
+#: the sections of a run's config.json (``TrainConfig.to_dict``)
+RUN_CONFIG_KEYS = {"name", "seed", "task", "model", "optim", "train"}
 
 #: the temporary files of the run's atomic writes: ``.<file name>.<12 hex digits>.tmp``
 TEMPORARY_RE = {
@@ -146,6 +148,57 @@ def _unusable(run_dir: Path, e: OSError) -> str:
     return f"cannot use {run_dir} as the run directory ({why}): {advice}"
 
 
+def is_run_config(path: Path) -> bool:
+    """Whether ``path`` is a run's config.json: a JSON table with a run's sections."""
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+    return isinstance(d, dict) and RUN_CONFIG_KEYS <= set(d)
+
+
+def is_metrics_log(path: Path) -> bool:
+    """Whether ``path`` is a run's metrics.jsonl: empty, or its first line a record
+    (a JSON table with a "kind")."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = f.readline(1 << 16)
+        if not first.strip():
+            return True
+        rec = json.loads(first)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+    return isinstance(rec, dict) and "kind" in rec
+
+
+def foreign_files(run_dir: Path) -> list[Path]:
+    """Files of ``run_dir`` under the names a run writes that no run wrote: a
+    config.json or metrics.jsonl of something else, a ``checkpoints`` that is a file.
+    A run there would write over them: it is refused (``--overwrite`` too)."""
+    run_dir = Path(run_dir)
+    found = []
+    for name, ours in ((CONFIG_NAME, is_run_config), (METRICS_NAME, is_metrics_log)):
+        p = run_dir / name
+        if p.exists() and not (p.is_file() and ours(p)):
+            found.append(p)
+    ckpt_dir = run_dir / "checkpoints"
+    if ckpt_dir.exists() and not ckpt_dir.is_dir():
+        found.append(ckpt_dir)
+    return found
+
+
+def refuse_foreign_files(run_dir: Path) -> None:
+    """ConfigError naming a file of ``run_dir`` that a run would overwrite and did not
+    write (``foreign_files``)."""
+    found = foreign_files(run_dir)
+    if found:
+        raise ConfigError(
+            f"{run_dir} holds {found[0].name}, which is not a scratchformer run's "
+            f"{'folder' if found[0].name == 'checkpoints' else 'file'}: a run there would "
+            "write over it, so give the run another --name or --run-dir"
+        )
+
+
 def earlier_run(run_dir: Path) -> list[Path]:
     """The files an earlier run wrote in ``run_dir``: its checkpoints (by step), averaged
     model, metrics log and configuration, the ones present."""
@@ -155,10 +208,43 @@ def earlier_run(run_dir: Path) -> list[Path]:
     return found + [p for p in named if p.is_file()]
 
 
+def is_run_dir(d: Path) -> bool:
+    """Whether a run wrote in ``d``: its lock, its config.json or metrics.jsonl, or
+    checkpoints."""
+    d = Path(d)
+    return (
+        (d / LOCK_NAME).is_file()
+        or ((d / CONFIG_NAME).is_file() and is_run_config(d / CONFIG_NAME))
+        or ((d / METRICS_NAME).is_file() and is_metrics_log(d / METRICS_NAME))
+        or bool((d / "checkpoints").is_dir() and list_checkpoints(d / "checkpoints"))
+    )
+
+
+def run_file(path: Path) -> str:
+    """What ``path`` is to a run, when a run owns it: "the configuration", "the metrics
+    log", "the lock", "a checkpoint", "the averaged model"; '' otherwise."""
+    path = Path(path)
+    d = path.parent
+    if path.name in (CONFIG_NAME, METRICS_NAME, LOCK_NAME) and is_run_dir(d):
+        return {
+            CONFIG_NAME: "the configuration",
+            METRICS_NAME: "the metrics log",
+            LOCK_NAME: "the lock",
+        }[path.name]
+    if d.name == "checkpoints" and is_run_dir(d.parent):
+        if CHECKPOINT_RE.match(path.name):
+            return "a checkpoint"
+        if path.name == AVERAGED_NAME:
+            return "the averaged model"
+    return ""
+
+
 def clear_for_fresh_run(run_dir: Path, overwrite: bool) -> None:
     """Refuse a directory holding an earlier run's files (``earlier_run``; its
     config.json alone too: a run that stopped before its first checkpoint), unless
-    ``overwrite``: then delete exactly those files, never another file of the directory."""
+    ``overwrite``: then delete exactly those files, never another file of the directory
+    (files at a run's names that no run wrote refuse the directory before:
+    ``refuse_foreign_files``)."""
     earlier = earlier_run(run_dir)
     if earlier and not overwrite:
         steps = [int(m.group(1)) for p in earlier if (m := CHECKPOINT_RE.match(p.name))]
@@ -279,6 +365,12 @@ __all__ = [
     "clear_for_fresh_run",
     "drop_later_checkpoints",
     "earlier_run",
+    "foreign_files",
+    "is_metrics_log",
+    "is_run_config",
+    "is_run_dir",
+    "refuse_foreign_files",
+    "run_file",
     "prune_checkpoints",
     "remove_temporaries",
     "truncate_metrics",

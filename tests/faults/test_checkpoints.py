@@ -442,7 +442,7 @@ def _corrupt(tmp_path):
 
 
 AVERAGE = [  # (id, argv after "average" from (good, tmp, dir), what the one line says)
-    ("o-is-input", lambda g, t, d: [g, _corrupt(t), "-o", g], "is one of the checkpoints"),
+    ("o-is-input", lambda g, t, d: [g, _corrupt(t), "-o", g], "is the input checkpoint file"),
     ("o-trainer-name", lambda g, t, d: [g, "-o", f"{t}/checkpoint_9.npz"], "belong to the trainer"),
     ("o-directory", lambda g, t, d: [g, "-o", str(d)], "is a directory: name the file"),
     ("o-under-a-file", lambda g, t, d: [g, "-o", f"{g}/avg.npz"], "is not a directory"),

@@ -107,21 +107,6 @@ def test_evaluate_writes_the_same_output_in_chunks(reverse_model, tmp_path, caps
     assert len(bleu) == 1 and bleu[0] in chunked  # corpus BLEU over all the sentences
 
 
-def test_translate_refuses_to_write_over_its_input(reverse_model, tmp_path, capsys):
-    """The output is written while the input is read: one file for both is refused."""
-    src = tmp_path / "src.txt"
-    src.write_text("abc\ncab\n", encoding="utf-8")
-    (tmp_path / "link.txt").symlink_to(src)
-    for out in (src, tmp_path / "link.txt"):
-        argv = ["translate", "--checkpoint", reverse_model[0], "--input", src, "--output", out]
-        assert main([str(a) for a in argv]) == 2
-        assert capsys.readouterr().err == (
-            f"scratchformer translate: error: --output {out} is the --input file: the input "
-            "is read while the output is written, so write to another file\n"
-        )
-    assert src.read_text(encoding="utf-8") == "abc\ncab\n"
-
-
 def _line_reader(stream) -> queue.Queue:
     """A queue that receives each line of ``stream`` as it comes, then None at its end."""
     lines: queue.Queue = queue.Queue()

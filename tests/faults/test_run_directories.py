@@ -146,6 +146,10 @@ def _steps(run) -> list:
 
 
 TEMP = ".checkpoint_4.npz.0123456789ab.tmp"  # a killed save's name for checkpoint_4.npz
+#: a run's config.json (its sections), as an earlier run leaves it
+CONFIG = json.dumps(
+    {k: {} for k in ("task", "model", "optim", "train")} | {"name": "r", "seed": 0}
+).encode()
 
 
 # -- a fresh run never mixes with an earlier one ---------------------------------------------
@@ -154,7 +158,7 @@ TEMP = ".checkpoint_4.npz.0123456789ab.tmp"  # a killed save's name for checkpoi
     [
         ({"checkpoints/averaged.npz": b"avg"}, "(averaged.npz) and no checkpoint to resume"),
         ({"metrics.jsonl": b'{"kind": "train", "step": 1}\n'}, "(metrics.jsonl) and no checkpoint"),
-        ({"config.json": b"{}\n"}, "(config.json) and no checkpoint to resume"),
+        ({"config.json": CONFIG}, "(config.json) and no checkpoint to resume"),
         ({"checkpoints/checkpoint_4.npz": b"ck"}, "(checkpoints up to step 4): pass --resume"),
         (
             {f"checkpoints/checkpoint_{s}.npz": b"ck" for s in (2, 10, 9)},
@@ -210,7 +214,7 @@ def test_overwrite_keeps_files_the_run_did_not_write(tmp_path, capsys, name):
 
 def test_overwrite_deletes_exactly_the_earlier_runs_files(tmp_path, capsys):
     run = tmp_path / "run"
-    _put(run, {"config.json": b"{}", "checkpoints/checkpoint_9.npz": b"ck", "keep/me": b"x"})
+    _put(run, {"config.json": CONFIG, "checkpoints/checkpoint_9.npz": b"ck", "keep/me": b"x"})
     (run / "empty-dir").mkdir()
     assert _train(run, "--overwrite", "--no-test") == 0
     assert sorted(p.name for p in run.iterdir()) == sorted(
@@ -375,7 +379,7 @@ def test_a_directory_not_writable_though_its_lock_file_is(tmp_path, capsys, monk
 # -- --resume of nothing ---------------------------------------------------------------------
 @pytest.mark.parametrize(
     "files",
-    [None, {}, {"config.json": b"{}", "metrics.jsonl": b""}],
+    [None, {}, {"config.json": CONFIG, "metrics.jsonl": b""}],
     ids=["no-dir", "empty", "no-checkpoints"],
 )
 def test_resume_with_no_checkpoint(tmp_path, capsys, files):
@@ -473,3 +477,75 @@ def test_a_record_spanning_a_checkpoint_averages_the_same_steps_after_a_resume(t
     Trainer(b, resume=at_5, overwrite=True, progress=False, echo=quiet).run(final_eval=False)
     assert [r["step"] for r in records(tmp_path / "b/run") if r["kind"] == "train"] == [3, 6, 9]
     assert records(tmp_path / "b/run") == records(tmp_path / "a/run")
+
+
+# -- a run name is a name; a directory holds one run -----------------------------------------
+def _checksums(d) -> dict:
+    return {str(p): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "name", ["../escape", "/abs/path", ".", "..", "a/b", "a\\b", " padded", "x" * 256]
+)
+def test_a_run_name_is_one_folder_name(tmp_path, capsys, monkeypatch, name):
+    """Refused in one line before anything is written, here or outside runs/."""
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    argv = ["train", *TINY_RUN, "--name", name, "--steps", "2"]
+    _one_line(capsys, cli_main(argv), f"name {name!r} (from --name) is not a run name")
+    assert list(tmp_path.rglob("*")) == [project]
+
+
+def test_a_name_from_a_config_file_is_checked_too(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.toml").write_text('name = "../up"\n')
+    _one_line(capsys, cli_main(["train", "--config", "c.toml"]), "name '../up' (from c.toml)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.toml"]
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_a_folder_whose_files_no_run_wrote_is_refused(tmp_path, capsys, overwrite):
+    """A project folder with a config.json and metrics.jsonl of its own: a run there
+    (--run-dir, as --name .. once did) would write over them; --overwrite changes
+    nothing."""
+    project = tmp_path / "project"
+    _put(project, {"config.json": b'{"editor": "vim"}\n', "metrics.jsonl": b"not ours\n"})
+    before = _checksums(project)
+    line = _one_line(capsys, _train(project, *overwrite), f"{project} holds config.json")
+    assert "not a scratchformer run's file" in line
+    assert _checksums(project) == before and not (project / LOCK_NAME).exists()
+
+
+def _two_runs(tmp_path):
+    """Two runs of the reverse task, with other seeds, side by side."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert _train(a, "--steps", "4", "--checkpoint-every", "2", "--no-test") == 0
+    assert _train(b, "--steps", "4", "--checkpoint-every", "2", "--no-test", "--seed", "7") == 0
+    return a, b
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_resuming_another_runs_checkpoint_into_a_run_directory_is_refused(
+    tmp_path, capsys, overwrite
+):
+    """b's checkpoint of step 2 into a (which has later checkpoints of its own): the two
+    runs would mix, and --overwrite would delete a's; refused either way, naming what
+    differs, every file of both runs unchanged."""
+    a, b = _two_runs(tmp_path)
+    capsys.readouterr()
+    before = _checksums(tmp_path)
+    other = b / "checkpoints" / "checkpoint_2.npz"
+    argv = ["--resume", str(other), "--steps", "6", *overwrite]
+    line = _one_line(capsys, _train(a, *argv), f"{a} holds the files of another run")
+    assert "seed" in line and "no flag deletes another run's files" in line
+    assert _checksums(tmp_path) == before
+
+
+def test_a_runs_checkpoint_resumes_into_a_new_directory(tmp_path, capsys):
+    """Continuing a copy of a run elsewhere is not mixing: allowed."""
+    a, _ = _two_runs(tmp_path)
+    new = tmp_path / "c"
+    argv = ["--resume", str(a / "checkpoints" / "checkpoint_2.npz"), "--steps", "4", "--no-test"]
+    assert _train(new, *argv) == 0, capsys.readouterr().err
+    assert _steps(new) == [4]

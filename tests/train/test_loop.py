@@ -315,7 +315,8 @@ def test_cli_train_resume_and_average(tmp_path, capsys):
     stored = json.loads((run / "config.json").read_text())
     assert stored["optim"]["warmup"] == 5 and stored["train"]["steps"] == 4
 
-    assert cli_main(["average", str(run / "checkpoints"), "--last", "2"]) == 0
+    # the run's own averaged.npz is replaced: named with --overwrite
+    assert cli_main(["average", str(run / "checkpoints"), "--last", "2", "--overwrite"]) == 0
     avg = load_checkpoint(run / "checkpoints/averaged.npz")
     a, b = (load_checkpoint(run / f"checkpoints/checkpoint_{s}.npz") for s in (2, 4))
     for k, v in avg.model.state_dict().items():
@@ -330,7 +331,7 @@ def test_average_never_overwrites_one_of_its_inputs(tmp_path, capsys):
     last = tmp_path / "run/checkpoints/checkpoint_8.npz"
     before = last.read_bytes()
     assert cli_main(["average", str(last.parent), "--last", "2", "-o", str(last)]) == 2
-    assert "is one of the checkpoints being averaged" in capsys.readouterr().err
+    assert "is the input checkpoint file" in capsys.readouterr().err
     assert last.read_bytes() == before
 
 
