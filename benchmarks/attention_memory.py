@@ -20,7 +20,7 @@ import statistics
 import time
 import tracemalloc
 
-from scratchformer import backend
+from scratchformer import backend, device
 from scratchformer.ops import attention_backward, attention_forward, causal_mask
 from scratchformer.ops.blockwise_attention import (
     blockwise_attention_backward,
@@ -56,7 +56,7 @@ def _model_step(block, length, repeats):
     model = Transformer(cfg)
     r = np.random.default_rng(0)
     src, ti, to = (r.integers(4, 8000, (32, length)) for _ in range(3))
-    drop = backend.rng(1)
+    drop = device.generator(1)
 
     def step():
         model.zero_grad()

@@ -22,7 +22,7 @@ import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from scratchformer import backend  # noqa: E402
+from scratchformer import backend, device  # noqa: E402
 from scratchformer.models import Transformer, TransformerConfig  # noqa: E402
 from scratchformer.models.transformer import decoder_self_mask  # noqa: E402
 from scratchformer.ops import (  # noqa: E402
@@ -67,7 +67,7 @@ def main(argv=None):
     addnorm = model.encoder.layers[0].ffn_norm
 
     def drop_res():
-        y, c = addnorm.exit(x, x, backend.rng(0))  # dropout, residual add, layer norm
+        y, c = addnorm.exit(x, x, device.generator(0))  # dropout, residual add, layer norm
         addnorm.exit_backward(y, c)
 
     rows["Add & Norm exit fwd+bwd (dropout 0.1)"] = drop_res
@@ -118,7 +118,7 @@ def main(argv=None):
 
     def whole():
         model.zero_grad()
-        _, c = model.loss_forward(src, ids, ids, rng=backend.rng(1))
+        _, c = model.loss_forward(src, ids, ids, rng=device.generator(1))
         model.loss_backward(c)
         opt.step(1e-4)
 

@@ -181,7 +181,7 @@ def child(args, config, global_batch, build_ours, torch_module):
     (src, tgt_in, tgt_out) as in the single-process rows; ``build_ours(cfg)`` -> (model,
     flat Adam); ``torch_module()`` -> the ``torch_reference`` module.
     """
-    from scratchformer import backend, distributed
+    from scratchformer import backend, device, distributed
     from scratchformer.train.step import accumulate_gradients, dropout_seed
     from scratchformer.train.tasks.base import TaskBatch
 
@@ -248,7 +248,7 @@ def child(args, config, global_batch, build_ours, torch_module):
 
             def ours(model=model, opt=opt, tb=tb, counter=counter):
                 counter[0] += 1
-                rngs = [backend.rng(dropout_seed(0, counter[0], 0, rank))]
+                rngs = [device.generator(dropout_seed(0, counter[0], 0, rank))]
                 loss, _, n, _ = accumulate_gradients(model, [tb], rngs, w)
                 opt.step(1e-4)
                 return loss, n

@@ -15,7 +15,7 @@ import resource
 import time
 import tracemalloc
 
-from scratchformer import backend
+from scratchformer import backend, device
 from scratchformer.models import PRESETS, Transformer, TransformerConfig
 
 
@@ -35,7 +35,7 @@ def main(argv=None):
     data = np.random.default_rng(0)
     shape = (args.batch, args.length)
     src, tgt_in, tgt_out = (backend.asarray(data.integers(4, args.vocab, shape)) for _ in range(3))
-    drop = backend.rng(1)
+    drop = device.generator(1)
 
     def step():
         model.zero_grad()

@@ -119,12 +119,12 @@ def _torch_reference():
 
 def _setup(name, args):
     """Our model, optimizer and step closure, and the host batch."""
-    from scratchformer import backend
+    from scratchformer import backend, device
 
     cfg = _config(name, args)
     src, tgt_in, tgt_out = _batch(args)
     model, opt = _ours(cfg)
-    drop = backend.rng(1)
+    drop = device.generator(1)
     s, ti, to = (backend.asarray(a) for a in (src, tgt_in, tgt_out))
 
     def step():

@@ -49,7 +49,7 @@ def forward(x, m, W_q, W_k, W_v):
 
 print(f"forward (B={B} sentences, T={T} queries, S={S} keys, D={D}, Dh={Dh})")
 O, cache = forward(x, m, W_q, W_k, W_v)
-Q, K, V, A = cache.Q, cache.K, cache.V, cache.softmax.P
+Q, K, V, A = cache.logits.Q, cache.logits.K, cache.core.V, cache.core.softmax.P
 show("x", x, "decoder states (B, T, D)")
 show("m", m, "encoder output (B, S, D)")
 show("Q", Q, "x W_q (B, H=1, T, Dh)")
@@ -91,7 +91,7 @@ show("dm", dm, "dm = dK W_k^T + dV W_v^T: m feeds both K and V, so both paths ad
 # The library's backward must agree with the steps written out above.
 lib_dQ, lib_dK, lib_dV = attention_backward(dO, cache)
 same = all(np.allclose(a, b) for a, b in [(lib_dQ, dQ), (lib_dK, dK), (lib_dV, dV)])
-same = same and np.allclose(softmax_backward(dA, cache.softmax), dZ)
+same = same and np.allclose(softmax_backward(dA, cache.core.softmax), dZ)
 print(f"\nthe hand-written steps equal scratchformer.ops.attention_backward: {same}")
 
 print("\nevery gradient against float64 central differences (L(w + h) - L(w - h)) / 2h:")

@@ -10,8 +10,9 @@ active array module, so switching the backend at run time is seen everywhere at 
 Dtype policy: parameters and activations are float32 by default; gradient checks run
 in float64 (``with precision("float64"): ...``). Integer token ids are int64.
 
-Randomness is always explicit: ``rng(seed)`` returns a generator of the active backend;
-nothing in the package draws from a global random state.
+The few primitives whose best form depends on the backend (scatter-add, row dot
+products, the dropout generator) are in scratchformer/device/; ``host_rng`` here gives
+the host generator of data order and initialisation.
 """
 
 from __future__ import annotations
@@ -33,10 +34,7 @@ __all__ = [
     "get_dtype",
     "set_dtype",
     "precision",
-    "rng",
     "host_rng",
-    "scatter_add",
-    "rowdot",
     "is_array",
     "BackendError",
 ]
@@ -156,49 +154,9 @@ def asarray(x, dtype=None):
     return _state["module"].asarray(x, dtype=dtype)
 
 
-def rng(seed=None):
-    """A random generator of the active backend (``numpy.random.Generator`` or CuPy's)."""
-    return _state["module"].random.default_rng(seed)
-
-
 def host_rng(seed=None) -> numpy.random.Generator:
     """A NumPy generator: for data order and initialisation, which happen on the host."""
     return numpy.random.default_rng(seed)
-
-
-def scatter_add(target, indices, values) -> None:
-    """``target[indices[i]] += values[i]`` with repeated indices accumulating, in place.
-
-    ``target`` (V, D), ``indices`` (N,) int, ``values`` (N, D). Plain ``target[idx] += v``
-    keeps only one of the repeated rows, which is the classic embedding-gradient bug.
-    NumPy: sort the ids, sum each run of equal ids with ``add.reduceat``, then one
-    fancy-index add of unique rows (``np.add.at`` does the same but is many times
-    slower). CuPy: ``cupyx.scatter_add`` (atomic adds).
-    """
-    if _state["name"] == "cupy":
-        import cupyx  # noqa: PLC0415  (optional, comes with cupy: the gpu extra)
-
-        cupyx.scatter_add(target, indices, values)
-        return
-    if indices.size == 0:
-        return
-    # Sort the ids once, sum each run of equal ids with reduceat, add each sum once.
-    order = numpy.argsort(indices, kind="stable")
-    sorted_ids = indices[order]
-    starts = numpy.flatnonzero(numpy.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
-    sums = numpy.add.reduceat(values[order], starts, axis=0)
-    target[sorted_ids[starts]] += sums
-
-
-def rowdot(a, b):
-    """``sum(a * b, axis=-1)`` without the (..., K) temporary: (..., K), (..., K) -> (...).
-
-    NumPy: the ``vecdot`` ufunc (a SIMD dot per row, several times faster than
-    ``(a * b).sum(-1)`` on short rows); CuPy: the plain expression.
-    """
-    if _state["name"] == "numpy" and hasattr(numpy, "vecdot"):
-        return numpy.vecdot(a, b)
-    return (a * b).sum(axis=-1)
 
 
 #: Why the backend named by ``SCRATCHFORMER_BACKEND`` could not be selected at import

@@ -36,7 +36,7 @@ import copy
 import inspect
 from dataclasses import dataclass, field
 
-from scratchformer import backend
+from scratchformer import backend, device
 from scratchformer.backend import xp
 
 DEFAULT_TOL = 1e-6
@@ -196,7 +196,7 @@ def _make_rng(kwargs):
     """``rng=<int>`` in kwargs becomes a fresh generator per call: dropout replays."""
     seed = kwargs.get("rng")
     if isinstance(seed, int) and not isinstance(seed, bool):
-        return lambda: {**kwargs, "rng": backend.rng(seed)}
+        return lambda: {**kwargs, "rng": device.generator(seed)}
     return lambda: dict(kwargs)
 
 
@@ -240,13 +240,17 @@ def check_op(
     through and not checked)."""
     args = [_to64(a) for a in args]
     call_kwargs = _make_rng(kwargs)
-    out, cache = forward(*args, **call_kwargs())
+
+    def fresh():  # each call its own copies: an implementation may work in their buffers
+        return [a.copy() if _is_float_array(a) else a for a in args]
+
+    out, cache = forward(*fresh(), **call_kwargs())
     dout = _random_like(out, seed + 1)
-    grads = _pair_gradients(backward(dout, cache), args)
+    grads = _pair_gradients(backward(dout.copy(), cache), args)
     names = _arg_names(forward, len(args))
 
     def f():
-        return (forward(*args, **call_kwargs())[0] * dout).sum()
+        return (forward(*fresh(), **call_kwargs())[0] * dout).sum()
 
     arrays = {names[i]: args[i] for i in grads}
     analytic = {names[i]: g for i, g in grads.items()}
@@ -406,7 +410,7 @@ def _model_loss(model, dtype, batch, rng, eps_ls, names):
     m = copy.deepcopy(model).astype(dtype)
 
     def fresh_rng():
-        return backend.rng(rng) if rng is not None else None
+        return device.generator(rng) if rng is not None else None
 
     def loss() -> float:
         return float(m.loss_forward(*batch, rng=fresh_rng(), eps_ls=eps_ls)[0])

@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from scratchformer import backend as B
+from scratchformer import kernels
 
 pytest_plugins = ["mpi_jobs"]  # the fixtures of the tests that start mpiexec
 
@@ -39,6 +40,31 @@ def backend(request):
     finally:
         B.set_backend("numpy")
         B.set_dtype("float32")
+
+
+@pytest.fixture
+def plant():
+    """``plant(op, backward, forward=None)``: put an implementation of the op ``op`` in
+    place through the kernel seam for the rest of the test (a deliberately broken
+    backward, say), with the reference's forward unless one is given; it is removed
+    afterwards. Returns the implementation."""
+    planted = []
+
+    def put(op, backward, forward=None):
+        table = kernels.table(op)
+        impl = kernels.Implementation(
+            "planted", forward or table.reference.forward, backward, note="planted by a test"
+        )
+        table.register(impl)
+        context = kernels.use(table, impl.name)
+        context.__enter__()
+        planted.append((table, context))
+        return impl
+
+    yield put
+    for table, context in reversed(planted):
+        context.__exit__(None, None, None)
+        table.unregister("planted")
 
 
 @pytest.fixture

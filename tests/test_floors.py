@@ -5,13 +5,15 @@ The package is built in floors, each using only the ones below it (the README's
 
     0  backend, errors, progress,     arrays, error types, progress display, host memory,
        memory, compat                 older names and files still read
-    1  ops                            pure forward/backward pairs
-    2  nn                             modules: parameters, gradients, wiring
-    3  models                         the Transformer, the language model, the classifier
-    4  optim, data, decode            Adam and the schedule; data; decoding
-    5  checkpoint, gradcheck, bleu, viz
-    6  train, distributed             the one training loop and its tasks
-    7  commands, cli, __main__        the command line
+    1  device                         device primitives: scatter-add, row dot, generator
+    2  ops                            the readable reference: pure forward/backward pairs
+    3  kernels                        the kernel seam: one table per op, implementations
+    4  nn                             modules: parameters, gradients, wiring
+    5  models                         the Transformer, the language model, the classifier
+    6  optim, data, decode            Adam and the schedule; data; decoding
+    7  checkpoint, gradcheck, bleu, viz
+    8  train, distributed             the one training loop and its tasks
+    9  commands, cli, __main__        the command line
 
 Every import counts, inside functions too (a function-local import is no way around a
 floor). ``scratchformer/__init__.py`` is the package's front door: it may re-export from
@@ -33,7 +35,9 @@ PACKAGE = Path(scratchformer.__file__).resolve().parent
 
 FLOORS = [
     {"backend", "errors", "progress", "memory", "compat"},
+    {"device"},
     {"ops"},
+    {"kernels"},
     {"nn"},
     {"models"},
     {"optim", "data", "decode"},
@@ -161,7 +165,7 @@ def test_readme_layout_lists_the_floors_in_order():
             numbered[name] = floor
     want = {n: i for i, names in enumerate(FLOORS) for n in names if n not in ("__main__",)}
     if not any((PACKAGE / f"distributed{end}").exists() for end in (".py", "")):
-        want.pop("distributed")  # a floor-6 name reserved for data parallelism
+        want.pop("distributed")  # a floor-8 name reserved for data parallelism
     assert numbered == want
 
 

@@ -6,6 +6,7 @@ Dimension key: B batch, H heads, T queries, S keys, Dh d_k, V vocabulary.
 
 import numpy as np
 import pytest
+from arrays import randn
 
 from scratchformer import backend as B
 from scratchformer.gradcheck import (
@@ -23,10 +24,6 @@ from scratchformer.ops import attention_backward, attention_forward, linear_back
 pytestmark = pytest.mark.usefixtures("backend")
 
 V = 17
-
-
-def randn(seed, *shape, dtype=np.float64):
-    return B.asarray(np.random.default_rng(seed).standard_normal(shape).astype(dtype))
 
 
 def host_copy(x):

@@ -11,8 +11,10 @@ from scratchformer.cli import main
 from scratchformer.commands.gradcheck import demo_batch
 from scratchformer.gradcheck import check_directions
 from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.nn import layers
-from scratchformer.ops import attention
+from scratchformer.ops.attention import (
+    attention_core_backward,
+    dot_product_logits_backward,
+)
 
 
 def _model(preset: str, **overrides):
@@ -31,11 +33,11 @@ def _layernorm_without_the_xhat_term(dout, cache):
     return dx, (dout * xhat).reshape(-1, d).sum(0), dout.reshape(-1, d).sum(0)
 
 
-def _softmax_backward_off_by_1e4(dA, P):
-    """The right softmax backward, scaled by 1 + 1e-4: an error no loss curve shows."""
-    from scratchformer.ops.softmax import softmax_backward_
-
-    return softmax_backward_(dA, P) * (1 + 1e-4)
+def _softmax_backward_off_by_1e4(dO, cache):
+    """Attention's backward with the softmax's gradient scaled by 1 + 1e-4: an error no
+    loss curve shows."""
+    dZ, dV = attention_core_backward(dO, cache.core)
+    return (*dot_product_logits_backward(dZ * (1 + 1e-4), cache.logits), dV)
 
 
 def test_small_passes_in_float64_with_relu_and_gelu():
@@ -56,8 +58,8 @@ def test_the_model_is_not_changed():
         assert v.dtype == xp.float32 and bool((v == before[k]).all()), k
 
 
-def test_a_broken_layernorm_backward_is_caught_and_named(monkeypatch):
-    monkeypatch.setattr(layers, "layernorm_backward", _layernorm_without_the_xhat_term)
+def test_a_broken_layernorm_backward_is_caught_and_named(plant):
+    plant("layernorm", _layernorm_without_the_xhat_term)
     model, src, tgt_in, tgt_out = _model("small", N=2)
     names = ["encoder.layers.0.self_attn.W_q", "decoder.layers.1.ffn_norm.gamma"]
     report = check_directions(model, src, tgt_in, tgt_out, rng=1, names=names)
@@ -77,16 +79,13 @@ def test_base_passes_in_float64():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "where, name, broken",
-    [
-        (layers, "layernorm_backward", _layernorm_without_the_xhat_term),
-        (attention, "softmax_backward_", _softmax_backward_off_by_1e4),
-    ],
+    "op, broken",
+    [("layernorm", _layernorm_without_the_xhat_term), ("attention", _softmax_backward_off_by_1e4)],
 )
-def test_a_broken_backward_is_caught_at_base_size(monkeypatch, where, name, broken):
+def test_a_broken_backward_is_caught_at_base_size(plant, op, broken):
     """At base size (6+6 layers, d_model 512), a backward that is wrong by a missing term,
     or by a factor of 1 + 1e-4 in one op, fails the attention weights' rows."""
-    monkeypatch.setattr(where, name, broken)
+    plant(op, broken)
     model, src, tgt_in, tgt_out = _model("base")
     names = ["encoder.layers.0.self_attn.W_q", "decoder.layers.5.cross_attn.W_k"]
     report = check_directions(model, src, tgt_in, tgt_out, rng=1, names=names)

@@ -2,7 +2,9 @@
 
 Only scratchformer/backend.py may import numpy, cupy or cupyx (in any form: ``import
 numpy as np``, ``from numpy import x``, ``import cupyx.scipy``, inside a function too),
-so that switching the array backend really switches everything. No module may import an
+so that switching the array backend really switches everything; besides it, only the
+kernel seam's CuPy files (``device/cupy_*.py``, ``kernels/cupy_*.py``) import cupy or
+cupyx, and nothing else. No module may import an
 autodiff framework: every backward pass is written by hand. (Imports built from strings
 via importlib are out of scope.)
 """
@@ -61,15 +63,32 @@ def test_the_checker_recognises_every_import_form(tmp_path):
     ]
 
 
+def is_cupy_side(path: Path) -> bool:
+    """A file of the kernel seam's CuPy side: ``device/cupy_*.py`` or ``kernels/cupy_*.py``."""
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0] in ("device", "kernels") and rel.name.startswith("cupy_")
+
+
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_only_backend_imports_array_modules(path):
-    """Every array operation goes through scratchformer.backend (xp, np, asarray ...)."""
+    """Every array operation goes through scratchformer.backend (xp, np, asarray ...);
+    the seam's CuPy files may import cupy and cupyx (never numpy)."""
     if path == BACKEND:
         return
+    allowed = {"cupy", "cupyx"} if is_cupy_side(path) else set()
     found = [
-        f"{name} (line {line})" for name, line in imported_roots(path) if name in ARRAY_MODULES
+        f"{name} (line {line})"
+        for name, line in imported_roots(path)
+        if name in ARRAY_MODULES - allowed
     ]
     assert not found, f"{path.relative_to(PACKAGE)} imports {found}: use scratchformer.backend"
+
+
+def test_the_cupy_side_is_where_the_seam_says():
+    """Sanity: the device primitives' CuPy file counts as the CuPy side, ops do not."""
+    assert is_cupy_side(PACKAGE / "device" / "cupy_device.py")
+    assert not is_cupy_side(PACKAGE / "ops" / "attention.py")
+    assert not is_cupy_side(PACKAGE / "device" / "numpy_device.py")
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.relative_to(PACKAGE).as_posix())

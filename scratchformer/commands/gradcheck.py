@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import time
 
-from scratchformer import backend
+from scratchformer import backend, device
 from scratchformer.backend import xp
 from scratchformer.commands import COUNT, NONNEGATIVE, PROBABILITY, integer, number
 from scratchformer.errors import ScratchformerError
@@ -302,7 +302,7 @@ def explain(args) -> int:
     drop_seed = args.seed + 1  # the same dropout masks in every evaluation
 
     def loss():
-        rng = backend.rng(drop_seed) if cfg.P_drop > 0 else None
+        rng = device.generator(drop_seed) if cfg.P_drop > 0 else None
         return m.loss_forward(src, tgt_in, tgt_out, rng=rng)
 
     L0, cache = loss()

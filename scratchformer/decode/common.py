@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scratchformer import backend, memory
+from scratchformer import backend, kernels, memory
 from scratchformer.backend import xp
 from scratchformer.errors import (
     ScratchformerError,
@@ -36,7 +36,6 @@ from scratchformer.errors import (
     check_rank,
     check_token_ids,
 )
-from scratchformer.ops.softmax import log_softmax_forward
 
 
 class DecodeError(ScratchformerError):
@@ -138,7 +137,7 @@ def log_probs(logits):
     Summed over up to hundreds of steps and compared across beams, so they are kept in
     float64 whatever the model computes in.
     """
-    return log_softmax_forward(logits.astype(xp.float64))[0]
+    return kernels.log_softmax.forward(logits.astype(xp.float64))[0]
 
 
 def constrain(scores, step: int, max_lens, min_len: int, config):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from scratchformer import backend
+from scratchformer import backend, kernels
 from scratchformer.backend import xp
 from scratchformer.errors import ShapeError, check_length, check_rank, check_token_ids
 from scratchformer.models.config import TransformerConfig
@@ -29,8 +29,8 @@ from scratchformer.nn.transformer import Encoder, StackCache
 from scratchformer.ops.dropout import DropoutCache
 from scratchformer.ops.embedding import EmbeddingCache
 from scratchformer.ops.linear import LinearCache
-from scratchformer.ops.loss import LossCache, cross_entropy_backward, cross_entropy_forward
-from scratchformer.ops.tanh import TanhCache, tanh_backward, tanh_forward
+from scratchformer.ops.loss import LossCache
+from scratchformer.ops.tanh import TanhCache
 
 
 class HeadCache(NamedTuple):
@@ -53,7 +53,7 @@ class ClassificationHead(Module):
     def forward(self, f, rng=None):
         x, c1 = self.dropout.forward(f, rng)
         x, c2 = self.dense.forward(x)
-        x, c3 = tanh_forward(x)
+        x, c3 = kernels.tanh.forward(x)
         x, c4 = self.dropout.forward(x, rng)  # one module, two calls: two masks in caches
         logits, c5 = self.out.forward(x)
         return logits, HeadCache(c1, c2, c3, c4, c5)
@@ -61,7 +61,7 @@ class ClassificationHead(Module):
     def backward(self, dlogits, cache: HeadCache):
         dx = self.out.backward(dlogits, cache.out)
         dx = self.dropout.backward(dx, cache.drop2)
-        dx = tanh_backward(dx, cache.tanh)
+        dx = kernels.tanh.backward(dx, cache.tanh)
         dx = self.dense.backward(dx, cache.dense)
         return self.dropout.backward(dx, cache.drop1)
 
@@ -126,11 +126,11 @@ class EncoderClassifier(Module):
             raise ShapeError(f"{labels.shape[0]} labels for a batch of {ids.shape[0]}")
         check_token_ids(labels, self.num_classes, "labels")
         logits, c_model = self.forward(ids, rng)
-        loss, c_loss = cross_entropy_forward(logits, labels, eps_ls, None)
+        loss, c_loss = kernels.cross_entropy.forward(logits, labels, eps_ls, None)
         return loss, ClassifierLossCache(c_model, c_loss)
 
     def loss_backward(self, cache: ClassifierLossCache, dloss=1.0):
-        self.backward(cross_entropy_backward(dloss, cache.loss), cache.model)
+        self.backward(kernels.cross_entropy.backward(dloss, cache.loss), cache.model)
 
     def predict(self, ids):
         """ids (B, S)  ->  predicted class ids (B,), dropout off."""

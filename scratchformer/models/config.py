@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from scratchformer.errors import ConfigError, need, wrong_field_types
+from scratchformer.nn.attention import ATTENTION_VARIANTS
 
 
 @dataclass
@@ -37,12 +38,13 @@ class TransformerConfig:
     eos_id: int = 2  # end of sentence: the last decoder output
     src_vocab_size: int | None = None  # only when share_embeddings != "all"
     seed: int = 0  # initialisation seed
-    # Self-attention variant: "dense" (the paper), "relative" (Shaw et al.: key
-    # and value embeddings of distances clipped to +-max_relative_position), "relative_skew"
-    # (Music Transformer: per-head key embeddings, the skew trick; causal only), "local"
-    # (Image Transformer 1-D: blocks of local_block see their own and the previous block;
-    # causal only). Causal-only variants apply to causal self-attention (decoder, language
-    # model); an encoder then needs encoder_attention "dense" or "relative".
+    # Self-attention variant, a name of nn.attention.ATTENTION_VARIANTS: "dense" (the
+    # paper), "relative" (Shaw et al.: key and value embeddings of distances clipped to
+    # +-max_relative_position), "relative_skew" (Music Transformer: per-head key
+    # embeddings, the skew trick; causal only), "local" (Image Transformer 1-D: blocks of
+    # local_block see their own and the previous block; causal only). Causal-only variants
+    # apply to causal self-attention (decoder, language model); an encoder then needs an
+    # encoder_attention that is not causal only ("dense" or "relative").
     attention: str = "dense"
     encoder_attention: str | None = None  # None: the same as attention
     max_relative_position: int = 16  # k: relative distances are clipped to +-k
@@ -113,14 +115,16 @@ class TransformerConfig:
             )
         need(self.max_len >= 1, f"max_len must be >= 1, got {self.max_len}")
         need(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        kinds = sorted(ATTENTION_VARIANTS)
         need(
-            self.attention in ATTENTION_KINDS,
-            f"attention={self.attention!r}: expected one of {list(ATTENTION_KINDS)}",
+            self.attention in ATTENTION_VARIANTS,
+            f"attention={self.attention!r}: expected one of {kinds}",
         )
+        for_encoder = [k for k in kinds if not ATTENTION_VARIANTS[k].causal_only]
         need(
-            self.encoder_attention in (None, "dense", "relative"),
-            f"encoder_attention={self.encoder_attention!r}: expected None, 'dense' or "
-            "'relative' (relative_skew and local are causal only)",
+            self.encoder_attention is None or self.encoder_attention in for_encoder,
+            f"encoder_attention={self.encoder_attention!r}: expected None or one of "
+            f"{for_encoder} (the others are causal only)",
         )
         need(
             self.max_relative_position >= 1,
@@ -151,10 +155,6 @@ class TransformerConfig:
             raise ValueError(f"unknown config keys {unknown}")
         return cls(**d)
 
-
-#: self-attention variants; relative_skew and local are causal only (decoder, LM):
-#: nn.transformer.make_self_attention refuses them for an encoder.
-ATTENTION_KINDS = ("dense", "relative", "relative_skew", "local")
 
 _BASE = dict(N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1, eps_ls=0.1)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from scratchformer import backend
+from scratchformer import backend, kernels
 from scratchformer.errors import ShapeError, check_length, check_rank, check_token_ids
 from scratchformer.models.config import TransformerConfig
 from scratchformer.models.transformer import padding_mask
@@ -29,10 +29,9 @@ from scratchformer.nn.kv import DecodeStateError, KVCache
 from scratchformer.nn.layers import Embedding
 from scratchformer.nn.module import Module
 from scratchformer.nn.transformer import CausalStack, StackCache
-from scratchformer.ops.attention import causal_mask
 from scratchformer.ops.embedding import EmbeddingCache
 from scratchformer.ops.linear import LinearCache
-from scratchformer.ops.loss import LossCache, cross_entropy_backward_, cross_entropy_forward_
+from scratchformer.ops.loss import LossCache
 
 
 class LMCache(NamedTuple):
@@ -65,12 +64,9 @@ class LanguageModel(Module):
             raise ShapeError(f"{name} is empty (length 0)")
 
     def mask(self, ids):
-        """Self-attention mask: causal and not padding, (B, 1, T, T). Local attention builds
-        its causal band itself and gets only the (B, 1, 1, T) padding mask (no O(T^2))."""
-        pad = padding_mask(ids, self.config.pad_id)  # (B, 1, 1, T)
-        if self.config.attention == "local":
-            return pad
-        return causal_mask(ids.shape[1])[None, None] & pad
+        """Self-attention mask: (B, 1, 1, T), True at real tokens; the stack's attention
+        is causal and adds the causal part itself (local attention its band)."""
+        return padding_mask(ids, self.config.pad_id)
 
     def forward(self, ids, rng=None):
         """ids (B, T) int  ->  logits (B, T, V), cache. ``rng`` turns dropout on."""
@@ -97,13 +93,13 @@ class LanguageModel(Module):
         logits, c_model = self.forward(ids, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
         # The logits are ours alone: the fused loss turns them into the probabilities.
-        loss, c_loss = cross_entropy_forward_(logits, targets, eps, self.config.pad_id)
+        loss, c_loss = kernels.cross_entropy.forward(logits, targets, eps, self.config.pad_id)
         return loss, LMLossCache(c_model, c_loss)
 
     def loss_backward(self, cache: LMLossCache, dloss=1.0):
         """Back-propagates ``dloss * loss``; writes dlogits over the cached probabilities,
         so a cache serves one backward (a second call raises ValueError)."""
-        self.backward(cross_entropy_backward_(dloss, cache.loss), cache.model)
+        self.backward(kernels.cross_entropy.backward(dloss, cache.loss), cache.model)
 
     # -- inference ----------------------------------------------------------------------
     def init_kv(self, rows: int, capacity: int | None = None) -> KVCache:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from scratchformer import backend
+from scratchformer import backend, kernels
 from scratchformer.errors import (
     ShapeError,
     check_length,
@@ -32,10 +32,9 @@ from scratchformer.nn.kv import DecodeStateError, KVCache
 from scratchformer.nn.layers import Embedding, Linear
 from scratchformer.nn.module import Module
 from scratchformer.nn.transformer import Decoder, Encoder, StackCache
-from scratchformer.ops.attention import causal_mask
 from scratchformer.ops.embedding import EmbeddingCache
 from scratchformer.ops.linear import LinearCache
-from scratchformer.ops.loss import LossCache, cross_entropy_backward_, cross_entropy_forward_
+from scratchformer.ops.loss import LossCache
 
 
 class TransformerCache(NamedTuple):
@@ -54,12 +53,6 @@ class TransformerLossCache(NamedTuple):
 def padding_mask(ids, pad_id: int):
     """ids (B, L)  ->  bool (B, 1, 1, L), True at real tokens (keys that may be attended)."""
     return (ids != pad_id)[:, None, None, :]
-
-
-def decoder_self_mask(tgt_in, pad_id: int):
-    """(B, 1, T, T): causal (key s <= query t) and key not padding."""
-    T = tgt_in.shape[1]
-    return causal_mask(T)[None, None, :, :] & padding_mask(tgt_in, pad_id)
 
 
 class Transformer(Module):
@@ -135,7 +128,7 @@ class Transformer(Module):
         """``forward`` without the input checks (the caller has made them)."""
         memory, src_mask, c_src, c_enc = self.encode(src, rng)
         y, c_tgt = self.embed.forward(tgt_in)
-        self_mask = decoder_self_mask(tgt_in, self.config.pad_id)
+        self_mask = padding_mask(tgt_in, self.config.pad_id)  # the attention adds causality
         h, c_dec = self.decoder.forward(y, memory, self_mask, src_mask, rng)
         if self.out_proj is None:
             logits, c_out = self.embed.project(h)
@@ -199,7 +192,7 @@ class Transformer(Module):
         logits, c_model = self._forward(src, tgt_in, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
         # The logits are ours alone: the fused loss turns them into the probabilities.
-        loss, c_loss = cross_entropy_forward_(logits, tgt_out, eps, self.config.pad_id)
+        loss, c_loss = kernels.cross_entropy.forward(logits, tgt_out, eps, self.config.pad_id)
         return loss, TransformerLossCache(c_model, c_loss)
 
     def loss_backward(self, cache: TransformerLossCache, dloss=1.0):
@@ -208,7 +201,7 @@ class Transformer(Module):
         Writes dlogits over the cached probabilities (no second (B, T, V) array), so a
         cache serves one backward; a second call raises ValueError.
         """
-        self.backward(cross_entropy_backward_(dloss, cache.loss), cache.model)
+        self.backward(kernels.cross_entropy.backward(dloss, cache.loss), cache.model)
 
 
 __all__ = [
@@ -216,5 +209,4 @@ __all__ = [
     "Transformer",
     "TransformerConfig",
     "padding_mask",
-    "decoder_self_mask",
 ]

@@ -1,6 +1,15 @@
-"""Modules: own parameters and gradients, wire ops together, return caches."""
+"""Modules: own parameters and gradients, wire ops together, return caches.
 
-from scratchformer.nn.attention import MultiHeadAttention
+Importing the package registers every attention variant (nn.attention.ATTENTION_VARIANTS).
+"""
+
+from scratchformer.nn.attention import (
+    ATTENTION_VARIANTS,
+    LogitsAttention,
+    MultiHeadAttention,
+    attention_variant,
+    register_attention,
+)
 from scratchformer.nn.layers import (
     AddNorm,
     Dropout,
@@ -10,10 +19,13 @@ from scratchformer.nn.layers import (
     PositionalEncoding,
     PositionwiseFeedForward,
 )
+from scratchformer.nn.local_attention import LocalMultiHeadAttention
 from scratchformer.nn.module import Module, ModuleList
+from scratchformer.nn.relative_attention import RelativeMultiHeadAttention, SkewMultiHeadAttention
 from scratchformer.nn.transformer import Decoder, DecoderLayer, Encoder, EncoderLayer
 
 __all__ = [
+    "ATTENTION_VARIANTS",
     "AddNorm",
     "Decoder",
     "DecoderLayer",
@@ -23,9 +35,15 @@ __all__ = [
     "EncoderLayer",
     "LayerNorm",
     "Linear",
+    "LocalMultiHeadAttention",
+    "LogitsAttention",
     "Module",
     "ModuleList",
     "MultiHeadAttention",
     "PositionalEncoding",
     "PositionwiseFeedForward",
+    "RelativeMultiHeadAttention",
+    "SkewMultiHeadAttention",
+    "attention_variant",
+    "register_attention",
 ]

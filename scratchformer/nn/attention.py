@@ -1,4 +1,5 @@
-"""Multi-head attention (section 3.2.2): self-attention and encoder-decoder attention.
+"""Multi-head attention (section 3.2.2): self-attention and encoder-decoder attention,
+and the registry of attention variants.
 
     head_i = Attention(x_q W_q^i, x_kv W_k^i, x_kv W_v^i)
     MultiHead(x_q, x_kv) = Concat(head_1, ..., head_h) W_o
@@ -6,6 +7,26 @@
 The per-head matrices are stored side by side: ``W_q`` (D, H*Dh), ``W_k`` (D, H*Dh),
 ``W_v`` (D, H*Dv), ``W_o`` (H*Dv, D); a reshape splits the heads, so there is no Python
 loop over heads. No biases, as in the paper's equations.
+
+Every variant keeps the projections, the heads and ``W_o`` and changes only ``attend``,
+the per-head attention between them. A variant is a class registered under its config
+name (``TransformerConfig.attention``) that says what it needs:
+
+    kind               its name in the config ("dense", "relative", ...)
+    causal_only        it needs the causal mask (an encoder cannot use it)
+    config_keys        the config fields its constructor reads besides the common ones
+    decodes_at_offset  incremental decoding (queries at positions offset ..) works
+    blockwise          memory-efficient attention (``attention_block``) applies
+
+A variant defined by its logits (and perhaps a term of its output that reads the
+attention weights again) subclasses ``LogitsAttention`` and writes only ``logits`` /
+``logits_backward`` (and ``values`` / ``values_backward``): the softmax, the dropout and
+the product with V are the attention core of ops/attention.py, called through the
+kernel seam.
+
+Causality is the module's: a module made with ``causal=True`` adds the causal mask of
+its queries' positions to whatever mask it is given (padding), so models pass padding
+masks only, and a causal-only variant builds its own band (local) or relies on it (skew).
 
 Dimension key: ``B`` batch, ``T`` queries, ``S`` keys, ``D`` d_model, ``H`` heads,
 ``Dh`` d_k, ``Dv`` d_v.
@@ -15,26 +36,18 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer import backend
+from scratchformer import backend, kernels
 from scratchformer.nn.module import Module, xavier_uniform
-from scratchformer.ops.attention import (
-    attention_backward,
-    attention_forward,
-    causal_mask,
-)
-from scratchformer.ops.blockwise_attention import (
-    BlockwiseAttentionCache,
-    blockwise_attention_backward,
-    blockwise_attention_forward,
-)
-from scratchformer.ops.linear import LinearCache, linear_backward, linear_forward
+from scratchformer.ops.attention import causal_mask
+from scratchformer.ops.blockwise_attention import BlockwiseAttentionCache
+from scratchformer.ops.linear import LinearCache
 
 
 class MultiHeadAttentionCache(NamedTuple):
     q_proj: LinearCache  # x_q (B, T, D) @ W_q -> (B, T, H*Dh)
     k_proj: LinearCache  # x_kv (B, S, D) @ W_k -> (B, S, H*Dh)
     v_proj: LinearCache  # x_kv (B, S, D) @ W_v -> (B, S, H*Dv)
-    attn: object  # the attention core's cache (AttentionCache for dense attention)
+    attn: object  # the cache of ``attend`` (AttentionCache for dense attention)
     o_proj: LinearCache  # concatenated heads (B, T, H*Dv) @ W_o -> (B, T, D)
 
 
@@ -50,55 +63,106 @@ def merge_heads(x):
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)
 
 
+#: the attention variants by config name (``register_attention`` adds one)
+ATTENTION_VARIANTS: dict[str, type] = {}
+
+
+def register_attention(cls):
+    """Class decorator: make ``cls`` the variant named ``cls.kind`` in configs."""
+    ATTENTION_VARIANTS[cls.kind] = cls
+    return cls
+
+
+def attention_variant(kind: str) -> type:
+    """The class of the variant named ``kind``."""
+    try:
+        return ATTENTION_VARIANTS[kind]
+    except KeyError:
+        raise ValueError(
+            f"unknown attention {kind!r}: expected one of {sorted(ATTENTION_VARIANTS)}"
+        ) from None
+
+
 def set_attention_block(module, block) -> None:
-    """Switch every plain ``MultiHeadAttention`` inside ``module`` to memory-efficient
-    (blockwise) attention with query blocks of ``block`` (None: dense). Variants that
-    replace ``attend`` (relative, local) keep their own core and are left as they are."""
+    """Switch every attention inside ``module`` whose variant allows it (``blockwise``)
+    to memory-efficient attention with query blocks of ``block`` (None: dense)."""
     for _, m in module.named_modules():
-        if isinstance(m, MultiHeadAttention) and type(m).attend is MultiHeadAttention.attend:
+        if isinstance(m, MultiHeadAttention) and m.blockwise:
             m.attention_block = None if block is None else int(block)
 
 
+@register_attention
 class MultiHeadAttention(Module):
     """Parameters ``W_q W_k W_v W_o``; d_k = d_v = d_model / h unless given (Table 3 A, B).
 
     Three separate projections: self-attention passes the same ``x`` as ``x_q`` and
     ``x_kv``, and its gradient is the sum of the three paths through ``W_q``, ``W_k``
     and ``W_v`` (``backward`` returns ``dx_q`` and ``dx_kv``; the caller adds them).
+    ``causal=True``: each query sees only the keys at or before its position.
     """
+
+    kind = "dense"
+    causal_only = False
+    config_keys: tuple = ()
+    decodes_at_offset = True
+    blockwise = True
 
     #: query block size of memory-efficient attention (None: dense); see
     #: ``set_attention_block`` and ops/blockwise_attention.py.
     attention_block: int | None = None
 
-    def __init__(self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None):
+    def __init__(
+        self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None, causal: bool = False
+    ):
         super().__init__()
         if d_k is None and d_model % h:
             raise ValueError(f"d_model={d_model} is not divisible by h={h}: give d_k explicitly")
+        if self.causal_only and not causal:
+            raise ValueError(
+                f"attention={self.kind!r} is causal only (it needs the causal mask) and cannot "
+                "serve an encoder: set encoder_attention to one that is not"
+            )
         rng = rng or backend.host_rng(0)
         self.h = h
         self.d_k = d_model // h if d_k is None else d_k
         self.d_v = d_model // h if d_v is None else d_v
         self.P_drop_attn = P_drop_attn
+        self.causal = bool(causal)
         self.add_parameter("W_q", xavier_uniform(rng, d_model, h * self.d_k))
         self.add_parameter("W_k", xavier_uniform(rng, d_model, h * self.d_k))
         self.add_parameter("W_v", xavier_uniform(rng, d_model, h * self.d_v))
         self.add_parameter("W_o", xavier_uniform(rng, h * self.d_v, d_model))
 
+    @classmethod
+    def from_config(cls, cfg, rng, causal: bool = False):
+        """The module a ``TransformerConfig`` asks for: its sizes, its attention dropout
+        and the fields named in ``config_keys``."""
+        own = {key: getattr(cfg, key) for key in cls.config_keys}
+        return cls(
+            cfg.d_model,
+            cfg.h,
+            d_k=cfg.d_k,
+            d_v=cfg.d_v,
+            P_drop_attn=cfg.P_drop_attn,
+            rng=rng,
+            causal=causal,
+            **own,
+        )
+
     def _project(self, x, name: str):
         """x (B, L, D) @ ``params[name]``, split into heads: (B, H, L, Dh) and its cache."""
-        y, cache = linear_forward(x, self.params[name])  # (B, L, H*Dh)
+        y, cache = kernels.linear.forward(x, self.params[name])  # (B, L, H*Dh)
         return split_heads(y, self.h), cache
 
     def _project_backward(self, dY, cache: LinearCache, name: str):
         """The reverse of ``_project``: dY (B, H, L, Dh) -> dx (B, L, D); adds dW."""
-        dx, dW, _ = linear_backward(merge_heads(dY), cache)
+        dx, dW, _ = kernels.linear.backward(merge_heads(dY), cache)
         self.grads[name] += dW
         return dx
 
     def _output(self, O):
         """Concatenate the heads and project: O (B, H, T, Dv) -> (B, T, D) and its cache."""
-        return linear_forward(merge_heads(O), self.params["W_o"])
+        return kernels.linear.forward(merge_heads(O), self.params["W_o"])
 
     def forward(self, x_q, x_kv, mask=None, rng=None):
         """x_q (B, T, D), x_kv (B, S, D), mask bool broadcastable to (B, H, T, S)  ->  (B, T, D).
@@ -122,7 +186,7 @@ class MultiHeadAttention(Module):
         1. ``dx_q = merge(dQ) W_q^T``, ``dx_kv = merge(dK) W_k^T + merge(dV) W_v^T``,
            ``dW_q += x_q^T merge(dQ)`` (likewise ``dW_k``, ``dW_v``)
         """
-        dO_merged, dW_o, _ = linear_backward(dout, cache.o_proj)  # (B, T, H*Dv)
+        dO_merged, dW_o, _ = kernels.linear.backward(dout, cache.o_proj)  # (B, T, H*Dv)
         self.grads["W_o"] += dW_o
         dQ, dK, dV = self.attend_backward(split_heads(dO_merged, self.h), cache.attn)
         dx_q = self._project_backward(dQ, cache.q_proj, "W_q")  # (B, T, D)
@@ -130,31 +194,36 @@ class MultiHeadAttention(Module):
         dx_kv += self._project_backward(dV, cache.v_proj, "W_v")
         return dx_q, dx_kv
 
-    # -- the attention core: what variants (relative, local) replace -------------------
+    # -- the per-head attention: what variants replace ----------------------------------
+    def attention_mask(self, mask, T: int, S: int, offset: int = 0):
+        """The mask ``attend`` applies: the caller's (padding, or any bool broadcastable
+        to (B, H, T, S)) and, for causal attention, the causal mask of queries at
+        positions ``offset ..`` over keys ``0 .. S-1``. One query after every stored key
+        (a decoding step) sees them all: nothing to add."""
+        if not self.causal or (T == 1 and offset == S - 1):
+            return mask
+        c = causal_mask(T, S, offset)  # (T, S)
+        return c if mask is None else mask & c
+
     def attend(self, Q, K, V, mask=None, rng=None, offset: int = 0):
-        """The per-head attention core between the projections: scaled dot-product
-        attention here. Q (B, H, T, Dh), K (B, H, S, Dh), V (B, H, S, Dv) -> (B, H, T, Dv).
-
-        ``offset`` is the position of the first query (incremental decoding); dense
-        attention does not depend on positions. With ``attention_block`` set, the
-        memory-efficient blockwise form (the same function; only a (B, H, block, S)
-        slice of the scores at a time).
-
-        Subclasses (relative positions, local blocks) override ``attend`` and
-        ``attend_backward`` and keep the projections, heads and ``W_o`` as they are.
+        """The per-head attention between the projections: scaled dot-product attention
+        here. Q (B, H, T, Dh) at positions ``offset ..``, K (B, H, S, Dh), V (B, H, S, Dv)
+        ->  (B, H, T, Dv). With ``attention_block`` set, the memory-efficient blockwise
+        form (the same function; only a (B, H, block, S) slice of the scores at a time).
         """
+        mask = self.attention_mask(mask, Q.shape[-2], K.shape[-2], offset)
         if self.attention_block:
-            return blockwise_attention_forward(
+            return kernels.blockwise_attention.forward(
                 Q, K, V, mask, self.attention_block, self.P_drop_attn, rng
             )
-        return attention_forward(Q, K, V, mask, self.P_drop_attn, rng)
+        return kernels.attention.forward(Q, K, V, mask, self.P_drop_attn, rng)
 
     def attend_backward(self, dO, cache):
-        """Returns ``(dQ, dK, dV)``; a subclass with parameters of its own adds into
+        """Returns ``(dQ, dK, dV)``; a variant with parameters of its own adds into
         ``self.grads`` here."""
         if isinstance(cache, BlockwiseAttentionCache):
-            return blockwise_attention_backward(dO, cache)
-        return attention_backward(dO, cache)
+            return kernels.blockwise_attention.backward(dO, cache)
+        return kernels.attention.backward(dO, cache)
 
     # -- inference (decoding): the same forward pieces, dropout off, caches dropped -----
     def project_kv(self, x_kv):
@@ -179,26 +248,74 @@ class MultiHeadAttention(Module):
         O, _ = self.attend(Q, K, V, mask, offset=offset)  # (B, H, T, Dv)
         return self._output(O)[0]
 
-    def kv_slots(self, capacity: int) -> int:
-        """Key/value slots a decoding row needs for ``capacity`` positions (all of them;
-        local attention keeps a ring of fewer)."""
-        return capacity
-
-    def append_kv(self, x_new, lkv, length: int):
-        """Decoding bookkeeping of self-attention: project the keys/values of the T new
-        positions x_new (R, T, D), store them at ``length ..`` of the kv buffers, and
-        return the filled K (R, H, length+T, Dh), V (R, H, length+T, Dv) and the causal
-        mask of the new block (None for one query, which sees every stored key)."""
-        T = x_new.shape[1]
-        end = length + T
+    def step(self, x_new, lkv, length: int):
+        """Incremental self-attention of x_new (R, T, D) at positions ``length ..``:
+        project the new positions' keys/values, store them at ``length ..`` of the kv
+        buffers (R, H, C, Dh|Dv), attend over positions ``0 .. length + T - 1``."""
+        end = length + x_new.shape[1]
         k_new, v_new = self.project_kv(x_new)  # (R, H, T, Dh), (R, H, T, Dv)
         lkv.self_k[:, :, length:end] = k_new
         lkv.self_v[:, :, length:end] = v_new
-        mask = None if T == 1 else causal_mask(T, end, offset=length)  # (T, end)
-        return lkv.self_k[:, :, :end], lkv.self_v[:, :, :end], mask
+        K, V = lkv.self_k[:, :, :end], lkv.self_v[:, :, :end]
+        return self.infer(x_new, K, V, offset=length)
 
-    def step(self, x_new, lkv, length: int):
-        """Incremental self-attention of x_new (R, T, D) at positions ``length ..``:
-        store their keys/values, attend over positions ``0 .. length + T - 1``."""
-        K, V, mask = self.append_kv(x_new, lkv, length)
-        return self.infer(x_new, K, V, mask, offset=length)
+
+class VariantAttentionCache(NamedTuple):
+    logits: object  # the variant's logits cache
+    core: object  # AttentionCoreCache: softmax, dropout, V
+    values: object  # the cache of the variant's value term (None without one)
+
+
+class LogitsAttention(MultiHeadAttention):
+    """A variant defined by its logits: ``attend`` = ``logits`` -> the attention core ->
+    ``values`` (a term of the output that reads the weights again; none by default).
+
+    A subclass writes ``logits(Q, K, offset) -> (Z, cache)`` (Z fresh: the core may
+    work in its buffer) and ``logits_backward(dZ, cache) -> (dQ, dK)``, adding the
+    gradients of its own parameters into ``self.grads``.
+    """
+
+    blockwise = False
+
+    def logits(self, Q, K, offset: int = 0):
+        raise NotImplementedError
+
+    def logits_backward(self, dZ, cache):
+        raise NotImplementedError
+
+    def values(self, O, A_drop, logits_cache):
+        """``O`` (B, H, T, Dv) = the core's ``A' V``  ->  the output and a cache."""
+        return O, None
+
+    def values_backward(self, dO, cache):
+        """The extra gradient of the post-dropout weights ``A'`` (None: no value term)."""
+        return None
+
+    def attend(self, Q, K, V, mask=None, rng=None, offset: int = 0):
+        """1. ``Z = logits(Q, K)``  2. ``O = core(Z, V)``  3. ``O = values(O, A')``."""
+        mask = self.attention_mask(mask, Q.shape[-2], K.shape[-2], offset)
+        Z, c_logits = self.logits(Q, K, offset)  # (B, H, T, S)
+        O, c_core = kernels.attention_core.forward(Z, V, mask, self.P_drop_attn, rng)
+        O, c_values = self.values(O, c_core.A_drop, c_logits)
+        return O, VariantAttentionCache(c_logits, c_core, c_values)
+
+    def attend_backward(self, dO, cache: VariantAttentionCache):
+        """3. ``dA'`` of the value term  2. ``dZ, dV`` of the core  1. ``dQ, dK``."""
+        dA_drop = self.values_backward(dO, cache.values)
+        dZ, dV = kernels.attention_core.backward(dO, cache.core, dA_drop)
+        dQ, dK = self.logits_backward(dZ, cache.logits)
+        return dQ, dK, dV
+
+
+__all__ = [
+    "ATTENTION_VARIANTS",
+    "LogitsAttention",
+    "MultiHeadAttention",
+    "MultiHeadAttentionCache",
+    "VariantAttentionCache",
+    "attention_variant",
+    "merge_heads",
+    "register_attention",
+    "set_attention_block",
+    "split_heads",
+]

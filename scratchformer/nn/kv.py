@@ -20,12 +20,13 @@ from scratchformer.errors import ScratchformerError
 
 
 def init_self_kv(sa, rows: int, capacity: int, dtype):
-    """Empty self-attention buffers of the attention module ``sa`` for ``rows`` rows:
-    (R, H, slots, Dh) and (R, H, slots, Dv), slots = ``sa.kv_slots(capacity)`` (all
-    ``capacity`` positions, or a local attention's ring of 2 blocks)."""
-    slots = sa.kv_slots(capacity)
-    self_k = xp.zeros((rows, sa.h, slots, sa.d_k), dtype=dtype)
-    self_v = xp.zeros((rows, sa.h, slots, sa.d_v), dtype=dtype)
+    """Empty self-attention buffers of the attention module ``sa`` for ``rows`` rows
+    and ``capacity`` positions: (R, H, C, Dh) and (R, H, C, Dv). A variant that cannot
+    decode at an offset is refused here, in one line."""
+    if not sa.decodes_at_offset:
+        raise DecodeStateError(f"attention {sa.kind!r} cannot decode one position at a time")
+    self_k = xp.zeros((rows, sa.h, capacity, sa.d_k), dtype=dtype)
+    self_v = xp.zeros((rows, sa.h, capacity, sa.d_v), dtype=dtype)
     return self_k, self_v
 
 
@@ -39,8 +40,6 @@ class LayerKV:
 
     self_k (R, H, C, Dh), self_v (R, H, C, Dv): preallocated buffers of the masked
         self-attention's keys/values; positions ``0 .. KVCache.length - 1`` are filled.
-        A local-attention layer holds a ring of ``2 * local_block`` slots instead
-        (position p in slot ``p % (2 * local_block)``, see nn/local_attention.py).
     cross_k, cross_v: None in a decoder-only language model.
     cross_k (B, H, S, Dh), cross_v (B, H, S, Dv): the encoder-decoder attention's
         keys/values, projected from the encoder output ONCE PER SENTENCE (not per beam).
@@ -69,9 +68,6 @@ class KVCache:
     length     target positions already stored; the next step's inputs sit at
                positions ``length, length + 1, ...`` (the positional-encoding offset)
 
-    limit      the most positions a step may reach (the position table's); local
-               attention keeps only a ring of 2 blocks, so its buffers are shorter
-
     ``reorder(rows, sentences)`` is called after each beam-search step: new row ``i``
     continues old row ``rows[i]`` (a surviving beam's parent), and finished sentences
     can be dropped at the same time.
@@ -81,7 +77,6 @@ class KVCache:
     src_mask: object
     beams: int
     length: int = 0
-    limit: int | None = None  # most target positions; None: the buffers' length
 
     @property
     def rows(self) -> int:
@@ -98,7 +93,7 @@ class KVCache:
     @property
     def capacity(self) -> int:
         """C, the most target positions a step may reach."""
-        return int(self.layers[0].self_k.shape[2]) if self.limit is None else int(self.limit)
+        return int(self.layers[0].self_k.shape[2])
 
     def check_step(self, rows: int, T: int) -> None:
         """A step of ``T`` new positions for ``rows`` rows must fit this kv."""
@@ -143,7 +138,7 @@ class KVCache:
         for lkv in self.layers:
             for name in ("self_k", "self_v"):
                 buf = getattr(lkv, name)
-                t = min(self.length, buf.shape[2])  # a local ring holds fewer slots
+                t = self.length
                 # Fancy indexing copies first, so writing into the same buffer is safe.
                 buf[:n, :, :t] = buf[idx, :, :t]
                 setattr(lkv, name, buf[:n])

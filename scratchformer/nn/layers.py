@@ -9,19 +9,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer import backend
+from scratchformer import backend, kernels
 from scratchformer.nn.module import Module, allocating, normal, ones, xavier_uniform, zeros
-from scratchformer.ops.activations import ACTIVATIONS, ACTIVATIONS_INPLACE
-from scratchformer.ops.dropout import DropoutCache, dropout_backward, dropout_forward
-from scratchformer.ops.embedding import EmbeddingCache, embedding_forward
-from scratchformer.ops.layernorm import LayerNormCache, layernorm_backward, layernorm_forward
-from scratchformer.ops.linear import LinearCache, linear_backward, linear_forward
-from scratchformer.ops.positional import (
-    PositionalCache,
-    positional_backward,
-    positional_forward,
-    sinusoidal_table,
-)
+from scratchformer.ops.dropout import DropoutCache
+from scratchformer.ops.embedding import EmbeddingCache
+from scratchformer.ops.layernorm import LayerNormCache
+from scratchformer.ops.linear import LinearCache
+from scratchformer.ops.positional import PositionalCache, sinusoidal_table
 
 
 class Linear(Module):
@@ -35,10 +29,10 @@ class Linear(Module):
             self.add_parameter("b", zeros(d_out))
 
     def forward(self, x):
-        return linear_forward(x, self.params["W"], self.params.get("b"))
+        return kernels.linear.forward(x, self.params["W"], self.params.get("b"))
 
     def backward(self, dout, cache: LinearCache):
-        dx, dW, db = linear_backward(dout, cache)
+        dx, dW, db = kernels.linear.backward(dout, cache)
         self.grads["W"] += dW
         if db is not None:
             self.grads["b"] += db
@@ -63,33 +57,25 @@ class Embedding(Module):
 
     def forward(self, ids):
         """ids (B, T) int  ->  (B, T, D) = E[ids] * scale."""
-        out, cache = embedding_forward(ids, self.params["E"], self.pad_id)
+        out, cache = kernels.embedding.forward(ids, self.params["E"], self.pad_id)
         if self.scale != 1.0:
             out = out * self.scale
         return out, cache
 
     def backward(self, dout, cache: EmbeddingCache):
-        """``grads["E"][ids] += dout * scale`` (repeated ids accumulate, pad rows get
-        nothing): the rows are scattered straight into the gradient, with no (V, D)
-        temporary (``embedding_backward`` would build one)."""
-        ids, _, pad_id = cache
-        d = dout.shape[-1]
-        ids = ids.reshape(-1)
-        rows = dout.reshape(-1, d)  # (N, D)
-        if pad_id is not None:
-            real = ids != pad_id
-            ids, rows = ids[real], rows[real]
+        """``grads["E"] += embedding_backward(dout * scale)``: repeated ids accumulate,
+        the pad row gets nothing."""
         if self.scale != 1.0:
-            rows = rows * self.scale
-        backend.scatter_add(self.grads["E"], ids, rows)
+            dout = dout * self.scale
+        self.grads["E"] += kernels.embedding.backward(dout, cache)
 
     def project(self, h):
         """Tied output projection: h (B, T, D)  ->  logits (B, T, V) = h E^T (unscaled)."""
-        return linear_forward(h, self.params["E"].T)
+        return kernels.linear.forward(h, self.params["E"].T)
 
     def project_backward(self, dlogits, cache: LinearCache):
         """``dh = dlogits E``; ``dE += dlogits^T h`` (the transpose of linear's dW)."""
-        dh, dET, _ = linear_backward(dlogits, cache)
+        dh, dET, _ = kernels.linear.backward(dlogits, cache)
         self.grads["E"] += dET.T
         return dh
 
@@ -115,10 +101,10 @@ class PositionalEncoding(Module):
 
     def forward(self, x, offset: int = 0):
         """x (B, T, D)  ->  x + P[offset : offset + T]."""
-        return positional_forward(x, self._P(), offset)
+        return kernels.positional.forward(x, self._P(), offset)
 
     def backward(self, dout, cache: PositionalCache):
-        dx, dP = positional_backward(dout, cache)
+        dx, dP = kernels.positional.backward(dout, cache)
         if self.kind == "learned":
             self.grads["P"] += dP
         return dx
@@ -134,10 +120,10 @@ class LayerNorm(Module):
         self.add_parameter("beta", zeros(d_model))
 
     def forward(self, x):
-        return layernorm_forward(x, self.params["gamma"], self.params["beta"], self.eps)
+        return kernels.layernorm.forward(x, self.params["gamma"], self.params["beta"], self.eps)
 
     def backward(self, dout, cache: LayerNormCache):
-        dx, dgamma, dbeta = layernorm_backward(dout, cache)
+        dx, dgamma, dbeta = kernels.layernorm.backward(dout, cache)
         self.grads["gamma"] += dgamma
         self.grads["beta"] += dbeta
         return dx
@@ -148,15 +134,15 @@ class Dropout(Module):
 
     def __init__(self, p: float):
         super().__init__()
-        if not 0.0 <= p < 1.0:
+        if not 0.0 <= p < 1.0:  # checked once, here: the op does not check it per call
             raise ValueError(f"dropout probability must be in [0, 1), got {p}")
         self.p = p
 
     def forward(self, x, rng=None):
-        return dropout_forward(x, self.p, rng)
+        return kernels.dropout.forward(x, self.p, rng)
 
     def backward(self, dout, cache: DropoutCache):
-        return dropout_backward(dout, cache)
+        return kernels.dropout.backward(dout, cache)
 
 
 class AddNormCache(NamedTuple):
@@ -191,10 +177,10 @@ class AddNorm(Module):
         self.dropout = Dropout(P_drop)
 
     def _norm(self, x):
-        return layernorm_forward(x, self.params["gamma"], self.params["beta"], self.eps)
+        return kernels.layernorm.forward(x, self.params["gamma"], self.params["beta"], self.eps)
 
     def _norm_backward(self, dout, cache: LayerNormCache):
-        dx, dgamma, dbeta = layernorm_backward(dout, cache)
+        dx, dgamma, dbeta = kernels.layernorm.backward(dout, cache)
         self.grads["gamma"] += dgamma
         self.grads["beta"] += dbeta
         return dx
@@ -237,13 +223,12 @@ class PositionwiseFeedForward(Module):
     def __init__(self, d_model, d_ff, activation="relu", P_drop_ffn=0.0, rng=None):
         super().__init__()
         rng = rng or backend.host_rng(0)
-        if activation not in ACTIVATIONS:
+        if activation not in kernels.ACTIVATIONS:
             raise ValueError(
-                f"unknown activation {activation!r}: expected one of {list(ACTIVATIONS)}"
+                f"unknown activation {activation!r}: expected one of {list(kernels.ACTIVATIONS)}"
             )
-        self.act_forward, self.act_backward = ACTIVATIONS[activation]
-        # forward/backward below own the hidden arrays: the activation may work in place
-        self._act_forward_, self._act_backward_ = ACTIVATIONS_INPLACE[activation]
+        # the hidden arrays are this module's alone: the activation may work in their buffer
+        self.activation = kernels.ACTIVATIONS[activation]
         self.dropout = Dropout(P_drop_ffn)
         self.add_parameter("W_1", xavier_uniform(rng, d_model, d_ff))
         self.add_parameter("b_1", zeros(d_ff))
@@ -253,18 +238,18 @@ class PositionwiseFeedForward(Module):
     def forward(self, x, rng=None):
         """x (B, T, D)  ->  (B, T, D)."""
         p = self.params
-        u, c1 = linear_forward(x, p["W_1"], p["b_1"])  # (B, T, F)
-        a, c_act = self._act_forward_(u)  # u is ours alone: in place
+        u, c1 = kernels.linear.forward(x, p["W_1"], p["b_1"])  # (B, T, F)
+        a, c_act = self.activation.forward(u)  # u is given up
         a, c_drop = self.dropout.forward(a, rng)
-        out, c2 = linear_forward(a, p["W_2"], p["b_2"])  # (B, T, D)
+        out, c2 = kernels.linear.forward(a, p["W_2"], p["b_2"])  # (B, T, D)
         return out, FeedForwardCache(c1, c_act, c_drop, c2)
 
     def backward(self, dout, cache: FeedForwardCache):
         g = self.grads
-        da, dW_2, db_2 = linear_backward(dout, cache.lin2)
+        da, dW_2, db_2 = kernels.linear.backward(dout, cache.lin2)
         da = self.dropout.backward(da, cache.drop)
-        du = self._act_backward_(da, cache.act)  # da is fresh: in place
-        dx, dW_1, db_1 = linear_backward(du, cache.lin1)
+        du = self.activation.backward(da, cache.act)  # da is fresh: given up
+        dx, dW_1, db_1 = kernels.linear.backward(du, cache.lin1)
         g["W_2"] += dW_2
         g["b_2"] += db_2
         g["W_1"] += dW_1

@@ -1,50 +1,43 @@
 """Relative position self-attention modules: Shaw et al. and the Music Transformer skew.
 
-Both keep ``MultiHeadAttention``'s projections, heads and ``W_o`` and replace only the
-attention core (``attend`` / ``attend_backward``), which takes the position of the first
-query (``offset``) so that ``infer`` and ``step`` (incremental decoding) reuse it.
+Both are ``LogitsAttention`` variants: they keep ``MultiHeadAttention``'s projections,
+heads and ``W_o``, and the attention core; each writes only its own logits (and Shaw its
+value term), from the pairs of ops/relative_attention.py. The logits take the position
+of the first query (``offset``), so that ``infer`` and ``step`` (incremental decoding)
+reuse them.
 
     RelativeMultiHeadAttention   Shaw: ``E_k``, ``E_v`` (2k+1, Dh|Dv), shared by the heads
     SkewMultiHeadAttention       Music Transformer: ``E_r`` (H, k+1, Dh), one per head,
                                  causal only (decoder / language model self-attention)
 
 Dimension key: ``B`` batch, ``T`` queries, ``S`` keys, ``D`` d_model, ``H`` heads,
-``Dh`` d_k, ``Dv`` d_v, ``k`` max_relative_position, ``R`` decoding rows, ``C`` capacity.
+``Dh`` d_k, ``Dv`` d_v, ``k`` max_relative_position.
 """
 
 from __future__ import annotations
 
-from scratchformer import backend
-from scratchformer.nn.attention import MultiHeadAttention
+from scratchformer import backend, kernels
+from scratchformer.nn.attention import LogitsAttention, register_attention
 from scratchformer.nn.module import normal
-from scratchformer.ops.relative_attention import (
-    shaw_attention_backward,
-    shaw_attention_forward,
-    skew_attention_backward,
-    skew_attention_forward,
-)
 
 
-class RelativeMultiHeadAttention(MultiHeadAttention):
+@register_attention
+class RelativeMultiHeadAttention(LogitsAttention):
     """Shaw et al. (2018): relative distances clipped to +-k, learned key and value
     embeddings ``E_k`` (2k+1, Dh) and ``E_v`` (2k+1, Dv), shared by the heads.
 
+    ``Z = s (Q K^T + gather(Q E_k^T, idx))``; ``O = A' V + scatter(A', idx) E_v``.
     Works for any mask (encoder, decoder, language model). Queries sit at positions
     ``offset ..``, keys at 0 .. S-1.
     """
 
-    def __init__(
-        self,
-        d_model,
-        h,
-        d_k=None,
-        d_v=None,
-        P_drop_attn=0.0,
-        rng=None,
-        max_relative_position: int = 16,
-    ):
+    kind = "relative"
+    config_keys = ("max_relative_position",)
+
+    def __init__(self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None,
+                 causal: bool = False, max_relative_position: int = 16):  # fmt: skip
         rng = rng or backend.host_rng(0)
-        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng)
+        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng, causal)
         k = int(max_relative_position)
         if k < 1:
             raise ValueError(f"max_relative_position must be >= 1, got {k}")
@@ -52,55 +45,55 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         self.add_parameter("E_k", normal(rng, self.d_k**-0.5, (2 * k + 1, self.d_k)))
         self.add_parameter("E_v", normal(rng, self.d_v**-0.5, (2 * k + 1, self.d_v)))
 
-    def attend(self, Q, K, V, mask=None, rng=None, offset: int = 0):
-        p = self.params
-        return shaw_attention_forward(
-            Q, K, V, p["E_k"], p["E_v"], mask, self.P_drop_attn, rng, offset
-        )
+    def logits(self, Q, K, offset: int = 0):
+        return kernels.shaw_logits.forward(Q, K, self.params["E_k"], offset)
 
-    def attend_backward(self, dO, cache):
-        dQ, dK, dV, dE_k, dE_v = shaw_attention_backward(dO, cache)
+    def logits_backward(self, dZ, cache):
+        dQ, dK, dE_k = kernels.shaw_logits.backward(dZ, cache)
         self.grads["E_k"] += dE_k
+        return dQ, dK
+
+    def values(self, O, A_drop, logits_cache):
+        return kernels.shaw_values.forward(O, A_drop, self.params["E_v"], logits_cache.idx)
+
+    def values_backward(self, dO, cache):
+        dA_drop, dE_v = kernels.shaw_values.backward(dO, cache)
         self.grads["E_v"] += dE_v
-        return dQ, dK, dV
+        return dA_drop
 
 
-class SkewMultiHeadAttention(MultiHeadAttention):
+@register_attention
+class SkewMultiHeadAttention(LogitsAttention):
     """Music Transformer relative attention (Huang et al., 2018) with the skew trick.
 
     ``Z = s (Q K^T + Skew(Q Er_L^T))``: one learned ``E_r`` (H, k+1, Dh) per layer, row d
-    for the distance i - j = d (clipped to k). Causal only: ``attend`` needs the causal
-    mask. Queries that do not line up with the keys (decoding: ``offset`` > 0 or fewer
-    queries than keys) read their relative logits by a gather instead of the skew
-    (``ops.relative_attention.skew_attention_forward``).
+    for the distance i - j = d (clipped to k). Causal only: above the diagonal the skew
+    leaves other rows' entries, which the causal mask removes. Queries that do not line
+    up with the keys (decoding: ``offset`` > 0 or fewer queries than keys) read their
+    relative logits by a gather instead of the skew (``skew_logits_forward``).
     """
 
-    def __init__(
-        self,
-        d_model,
-        h,
-        d_k=None,
-        d_v=None,
-        P_drop_attn=0.0,
-        rng=None,
-        max_relative_position: int = 16,
-    ):
+    kind = "relative_skew"
+    causal_only = True
+    config_keys = ("max_relative_position",)
+
+    def __init__(self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None,
+                 causal: bool = True, max_relative_position: int = 16):  # fmt: skip
         rng = rng or backend.host_rng(0)
-        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng)
+        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng, causal)
         k = int(max_relative_position)
         if k < 1:
             raise ValueError(f"max_relative_position must be >= 1, got {k}")
         self.max_relative_position = k
         self.add_parameter("E_r", normal(rng, self.d_k**-0.5, (h, k + 1, self.d_k)))
 
-    def attend(self, Q, K, V, mask=None, rng=None, offset: int = 0):
-        E_r = self.params["E_r"]
-        return skew_attention_forward(Q, K, V, E_r, mask, self.P_drop_attn, rng, offset)
+    def logits(self, Q, K, offset: int = 0):
+        return kernels.skew_logits.forward(Q, K, self.params["E_r"], offset)
 
-    def attend_backward(self, dO, cache):
-        dQ, dK, dV, dE_r = skew_attention_backward(dO, cache)
+    def logits_backward(self, dZ, cache):
+        dQ, dK, dE_r = kernels.skew_logits.backward(dZ, cache)
         self.grads["E_r"] += dE_r
-        return dQ, dK, dV
+        return dQ, dK
 
 
 __all__ = ["RelativeMultiHeadAttention", "SkewMultiHeadAttention"]

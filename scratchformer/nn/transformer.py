@@ -19,7 +19,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from scratchformer import backend
-from scratchformer.nn.attention import MultiHeadAttention, set_attention_block
+from scratchformer.nn.attention import (
+    MultiHeadAttention,
+    attention_variant,
+    set_attention_block,
+)
 from scratchformer.nn.kv import DecodeStateError, KVCache, LayerKV, init_self_kv
 from scratchformer.nn.layers import (
     AddNorm,
@@ -30,43 +34,20 @@ from scratchformer.nn.layers import (
     PositionalEncoding,
     PositionwiseFeedForward,
 )
-from scratchformer.nn.local_attention import LocalMultiHeadAttention
 from scratchformer.nn.module import Module, ModuleList
-from scratchformer.nn.relative_attention import RelativeMultiHeadAttention, SkewMultiHeadAttention
 from scratchformer.ops.dropout import DropoutCache
 from scratchformer.ops.layernorm import LayerNormCache
 from scratchformer.ops.positional import PositionalCache
 
 
-def _attention_kwargs(cfg):
-    return dict(d_k=cfg.d_k, d_v=cfg.d_v, P_drop_attn=cfg.P_drop_attn)
-
-
 def make_self_attention(cfg, rng, causal: bool) -> MultiHeadAttention:
-    """The self-attention module ``cfg`` asks for (``cfg.attention``; an encoder uses
-    ``cfg.encoder_attention`` when set): dense, relative (Shaw), relative_skew (Music
-    Transformer) or local (Image Transformer). The causal-only variants refuse a
-    non-causal stack rather than silently attending to the future."""
-    kind = getattr(cfg, "attention", "dense")
-    if not causal and getattr(cfg, "encoder_attention", None) is not None:
+    """The self-attention module ``cfg`` asks for: the variant ``cfg.attention``
+    (an encoder uses ``cfg.encoder_attention`` when set), made from the config. A
+    causal-only variant refuses a non-causal stack rather than attend to the future."""
+    kind = cfg.attention
+    if not causal and cfg.encoder_attention is not None:
         kind = cfg.encoder_attention
-    D, kw = cfg.d_model, _attention_kwargs(cfg)
-    if kind == "dense":
-        return MultiHeadAttention(D, cfg.h, rng=rng, **kw)
-    if kind == "relative":
-        k = cfg.max_relative_position
-        return RelativeMultiHeadAttention(D, cfg.h, rng=rng, max_relative_position=k, **kw)
-    if not causal:
-        raise ValueError(
-            f"attention={kind!r} is causal only (it needs the causal mask) and cannot serve "
-            "an encoder: set encoder_attention='dense' or 'relative' in the config"
-        )
-    if kind == "relative_skew":
-        k = cfg.max_relative_position
-        return SkewMultiHeadAttention(D, cfg.h, rng=rng, max_relative_position=k, **kw)
-    if kind == "local":
-        return LocalMultiHeadAttention(D, cfg.h, rng=rng, block=cfg.local_block, **kw)
-    raise ValueError(f"unknown attention {kind!r}")
+    return attention_variant(kind).from_config(cfg, rng, causal=causal)
 
 
 def _sublayer_infer(addnorm: AddNorm, x, sublayer):
@@ -96,7 +77,8 @@ class SelfAttentionLayerCache(NamedTuple):
 class SelfAttentionLayer(Module):
     """Self-attention and FFN, each inside Add & Norm: the encoder's layer
     (``EncoderLayer``) and, with causal self-attention, the decoder-only language
-    model's (``CausalLayer``). The caller passes the mask (padding, or causal)."""
+    model's (``CausalLayer``, whose self-attention is causal). The caller passes the
+    padding mask; a causal layer's attention adds the causal part itself."""
 
     causal = False
 
@@ -109,7 +91,8 @@ class SelfAttentionLayer(Module):
         self.ffn_norm = AddNorm(D, cfg.P_drop, pre, cfg.ln_eps)
 
     def forward(self, x, mask, rng=None):
-        """x (B, S, D), mask bool broadcastable to (B, 1, S, S)  ->  (B, S, D)."""
+        """x (B, S, D), mask bool broadcastable to (B, 1, S, S) (padding: (B, 1, 1, S))
+        ->  (B, S, D)."""
         a_in, c1 = self.self_attn_norm.enter(x)
         a, c2 = self.self_attn.forward(a_in, a_in, mask, rng)
         x, c3 = self.self_attn_norm.exit(x, a, rng)
@@ -162,14 +145,15 @@ class DecoderLayer(Module):
         D, pre = cfg.d_model, cfg.norm == "pre"
         self.self_attn = make_self_attention(cfg, rng, causal=True)
         self.self_attn_norm = AddNorm(D, cfg.P_drop, pre, cfg.ln_eps)
-        self.cross_attn = MultiHeadAttention(D, cfg.h, rng=rng, **_attention_kwargs(cfg))
+        self.cross_attn = MultiHeadAttention.from_config(cfg, rng)
         self.cross_attn_norm = AddNorm(D, cfg.P_drop, pre, cfg.ln_eps)
         self.ffn = PositionwiseFeedForward(D, cfg.d_ff, cfg.activation, cfg.P_drop_ffn, rng)
         self.ffn_norm = AddNorm(D, cfg.P_drop, pre, cfg.ln_eps)
 
     def forward(self, y, memory, self_mask, cross_mask, rng=None):
-        """y (B, T, D), memory (B, S, D), self_mask (B, 1, T, T) causal and padding,
-        cross_mask (B, 1, 1, S) source padding  ->  (B, T, D)."""
+        """y (B, T, D), memory (B, S, D), self_mask (B, 1, 1, T) target padding (the
+        causal self-attention adds the causal part), cross_mask (B, 1, 1, S) source
+        padding  ->  (B, T, D)."""
         a_in, c1 = self.self_attn_norm.enter(y)
         a, c2 = self.self_attn.forward(a_in, a_in, self_mask, rng)
         y, c3 = self.self_attn_norm.exit(y, a, rng)
@@ -281,7 +265,7 @@ class SelfAttentionStack(_Stack):
 
     def forward(self, x, mask, rng=None):
         """x (B, L, D) scaled token embeddings, mask bool broadcastable to (B, 1, L, L)
-        ->  (B, L, D)."""
+        (padding: (B, 1, 1, L))  ->  (B, L, D)."""
         x, c_pos, c_drop = self._enter(x, rng)
         caches = []
         for layer in self.layers:
@@ -344,7 +328,7 @@ class Decoder(_Stack):
             raise DecodeStateError(f"beams must be >= 1, got {beams}")
         rows = memory.shape[0] * beams
         layers = [layer.init_kv(memory, rows, capacity) for layer in self.layers]
-        return KVCache(layers, src_mask, beams, 0, capacity)
+        return KVCache(layers, src_mask, beams)
 
     def step(self, y, kv: KVCache):
         """y (R, T, D) scaled embeddings of the next T target tokens  ->  (R, T, D).
@@ -363,7 +347,8 @@ class Decoder(_Stack):
 class CausalStack(SelfAttentionStack):
     """The decoder-only stack: positions, dropout, ``CausalLayer`` x N, final norm (pre-LN).
 
-    ``forward(x, mask)`` with a causal (B, 1, T, T) mask; decoding with ``init_kv`` /
+    ``forward(x, mask)`` with a (B, 1, 1, T) padding mask (its attention is causal);
+    decoding with ``init_kv`` /
     ``step`` as the decoder's, without cross-attention."""
 
     layer_class = CausalLayer
@@ -372,7 +357,7 @@ class CausalStack(SelfAttentionStack):
         capacity = self._kv_capacity(capacity)
         dtype = backend.get_dtype() if dtype is None else dtype
         layers = [layer.init_kv(rows, capacity, dtype) for layer in self.layers]
-        return KVCache(layers, None, 1, 0, capacity)
+        return KVCache(layers, None, 1)
 
     def step(self, x, kv: KVCache):
         """x (R, T, D) scaled embeddings of the next T tokens  ->  (R, T, D)."""

@@ -26,19 +26,6 @@ def relu_backward(dout, cache: ReLUCache):
     return dout * cache.positive
 
 
-def relu_forward_(x):
-    """``relu_forward`` in place in ``x`` (a fresh array the caller owns)."""
-    positive = x > 0
-    xp.multiply(x, positive, out=x)
-    return x, ReLUCache(positive)
-
-
-def relu_backward_(dout, cache: ReLUCache):
-    """``relu_backward`` in place in ``dout`` (a fresh array the caller owns)."""
-    xp.multiply(dout, cache.positive, out=dout)
-    return dout
-
-
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715
 
@@ -60,12 +47,6 @@ def gelu_backward(dout, cache: GELUCache):
     du_dx = _GELU_C * (1.0 + 3.0 * _GELU_A * x * x)
     return dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du_dx)
 
-
-#: in-place variants for arrays the caller owns (the feed-forward network's hidden layer)
-ACTIVATIONS_INPLACE = {
-    "relu": (relu_forward_, relu_backward_),
-    "gelu": (gelu_forward, gelu_backward),
-}
 
 ACTIVATIONS = {
     "relu": (relu_forward, relu_backward),

@@ -1,14 +1,24 @@
-"""Scaled dot-product attention (section 3.2.1 of the paper), forward and backward.
+"""The attention core, and scaled dot-product attention built on it (section 3.2.1).
 
-``A = softmax(Q K^T / sqrt(d_k), mask)``, ``A' = dropout(A)``, ``O = A' V``.
+Every attention of the package is the same three steps after its logits ``Z``:
 
-The softmax and dropout steps are the derived pairs of ops/softmax.py and ops/dropout.py
-in their in-place forms (``softmax_``, ``softmax_backward_``, ``dropout_backward_``): the
-same operations in the buffer of scores the op owns, bitwise equal to the pure pairs
-(tests/ops/test_inplace_pairs.py composes this op from the pure pairs and compares).
+    A = softmax(Z, mask)      rows with nothing to see give zeros
+    A' = dropout(A)           attention dropout
+    O = A' V
 
-Dimension key: ``B`` batch, ``H`` heads, ``T`` queries, ``S`` keys, ``Dh`` d_k, ``Dv`` d_v.
-Derivation: docs/derivations.md#scaled-dot-product-attention.
+That is the **attention core** (``attention_core_forward`` / ``attention_core_backward``),
+written once here. The variants differ only in how they make ``Z`` and whether their
+output reads ``A'`` once more:
+
+    dense (the paper)    Z = Q K^T / sqrt(d_k)                        this file
+    Shaw et al.          Z += Q E_k[idx]^T, O += scatter(A', idx) E_v   ops/relative_attention.py
+    Music Transformer    Z += Skew(Q E_r^T)                             ops/relative_attention.py
+    local (1-D blocks)   the dense op on blocked queries and windows  ops/local_attention.py
+    memory-efficient     the core on blocks of queries, P recomputed  ops/blockwise_attention.py
+
+Dimension key: ``B`` batch, ``H`` heads, ``T`` queries, ``S`` keys, ``Dh`` d_k, ``Dv`` d_v;
+``...`` any leading dims (the core also serves local attention's (B, H, nb, M, 2M)).
+Derivations: docs/derivations.md#the-attention-core and #scaled-dot-product-attention.
 """
 
 from __future__ import annotations
@@ -17,18 +27,8 @@ import math
 from typing import NamedTuple
 
 from scratchformer.backend import xp
-from scratchformer.ops.dropout import DropoutCache, dropout_backward_, dropout_forward
-from scratchformer.ops.softmax import SoftmaxCache, softmax_, softmax_backward_
-
-
-class AttentionCache(NamedTuple):
-    Q: object  # (B, H, T, Dh)
-    K: object  # (B, H, S, Dh)
-    V: object  # (B, H, S, Dv)
-    softmax: SoftmaxCache  # A (B, H, T, S), the weights before dropout
-    A_drop: object  # (B, H, T, S), the weights that multiplied V (after dropout)
-    dropout: DropoutCache  # mask of the attention dropout (None when off)
-    scale: float  # 1 / sqrt(d_k)
+from scratchformer.ops.dropout import DropoutCache, dropout_backward, dropout_forward
+from scratchformer.ops.softmax import SoftmaxCache, softmax_backward, softmax_forward
 
 
 def causal_mask(T: int, S: int | None = None, offset: int = 0):
@@ -39,38 +39,115 @@ def causal_mask(T: int, S: int | None = None, offset: int = 0):
     return k <= q
 
 
+# -- the core -----------------------------------------------------------------------------
+class AttentionCoreCache(NamedTuple):
+    softmax: SoftmaxCache  # A (..., T, S), the weights before dropout
+    A_drop: object  # (..., T, S) the weights that multiplied V (A itself without dropout)
+    dropout: DropoutCache  # the attention dropout's mask (None when off)
+    V: object  # (..., S, Dv)
+
+
+def attention_core_forward(Z, V, mask=None, p_drop: float = 0.0, rng=None):
+    """``O = dropout(softmax(Z, mask)) V``.
+
+    Z (..., T, S) the logits (already scaled; a faster implementation may work in their
+    buffer, so the caller gives them up), V (..., S, Dv), mask bool broadcastable to
+    Z's shape, True where query t may attend to key s  ->  O (..., T, Dv).
+
+    1. ``A = softmax(Z, mask)``; a row whose mask is all False gives zeros
+    2. ``A' = dropout(A)``: on when ``rng`` is given and ``p_drop > 0``
+    3. ``O = A' V``
+    """
+    A, sm_cache = softmax_forward(Z, mask)
+    A_drop, drop_cache = dropout_forward(A, p_drop, rng)
+    O = A_drop @ V  # (..., T, Dv)
+    return O, AttentionCoreCache(sm_cache, A_drop, drop_cache, V)
+
+
+def attention_core_backward(dO, cache: AttentionCoreCache, dA_drop=None):
+    """Reverse of the core:
+
+    3. ``O = A' V``          ->  ``dA' = dO V^T (+ dA_drop)``, ``dV = A'^T dO``
+    2. ``A' = dropout(A)``   ->  ``dA = dA' * mask_drop``
+    1. ``A = softmax(Z)``    ->  ``dZ = A * (dA - sum(dA * A, -1))``
+
+    ``dA_drop`` (..., T, S) is the gradient of ``A'`` from a term of a variant's output
+    that reads the weights again (Shaw's value term); None when there is none.
+    Returns ``(dZ, dV)``. dV is taken with the post-dropout ``A'``, never ``A``.
+    """
+    dA = dO @ cache.V.swapaxes(-1, -2)  # (..., T, S) dA'
+    if dA_drop is not None:
+        dA = dA + dA_drop
+    dV = cache.A_drop.swapaxes(-1, -2) @ dO  # (..., S, Dv)
+    dA = dropout_backward(dA, cache.dropout)
+    dZ = softmax_backward(dA, cache.softmax)
+    return dZ, dV
+
+
+# -- scaled dot-product attention -----------------------------------------------------------
+class DotProductLogitsCache(NamedTuple):
+    Q: object  # (B, H, T, Dh)
+    K: object  # (B, H, S, Dh)
+    scale: float  # 1 / sqrt(d_k)
+
+
+def dot_product_logits_forward(Q, K):
+    """The paper's logits: Q (B, H, T, Dh), K (B, H, S, Dh)  ->  ``Z = Q K^T / sqrt(d_k)``
+    (B, H, T, S)."""
+    scale = 1.0 / math.sqrt(Q.shape[-1])
+    Z = Q @ K.swapaxes(-1, -2)  # (B, H, T, S)
+    Z *= scale
+    return Z, DotProductLogitsCache(Q, K, scale)
+
+
+def dot_product_logits_backward(dZ, cache: DotProductLogitsCache):
+    """``Z = s Q K^T``  ->  ``dQ = s dZ K``, ``dK = s dZ^T Q`` (not ``Q^T dZ``).
+    Returns ``(dQ, dK)``."""
+    dZ = dZ * cache.scale
+    dQ = dZ @ cache.K  # (B, H, T, Dh)
+    dK = dZ.swapaxes(-1, -2) @ cache.Q  # (B, H, S, Dh)
+    return dQ, dK
+
+
+class AttentionCache(NamedTuple):
+    logits: DotProductLogitsCache  # Q, K and the scale
+    core: AttentionCoreCache  # softmax, dropout and V
+
+
 def attention_forward(Q, K, V, mask=None, p_drop: float = 0.0, rng=None):
     """Q (B, H, T, Dh), K (B, H, S, Dh), V (B, H, S, Dv), mask bool broadcastable to
     (B, H, T, S) with True where query t may attend to key s  ->  O (B, H, T, Dv).
 
+    1. ``Z = Q K^T / sqrt(d_k)``
+    2. ``O = core(Z, V)``: masked softmax, dropout, product with V
+
     Rows whose mask is all False (a query with nothing to attend to) output zeros.
     """
-    scale = 1.0 / math.sqrt(Q.shape[-1])
-    scores = Q @ K.swapaxes(-1, -2)  # (B, H, T, S), a fresh array: worked on in place
-    scores *= scale
-    A, _, _ = softmax_(scores, mask)  # in scores' buffer
-    A_drop, drop_cache = dropout_forward(A, p_drop, rng)
-    O = A_drop @ V  # (B, H, T, Dv)
-    return O, AttentionCache(Q, K, V, SoftmaxCache(A), A_drop, drop_cache, scale)
+    Z, logits = dot_product_logits_forward(Q, K)
+    O, core = attention_core_forward(Z, V, mask, p_drop, rng)
+    return O, AttentionCache(logits, core)
 
 
 def attention_backward(dO, cache: AttentionCache):
-    """Reverse of the forward, step by step:
+    """2. ``dZ, dV = core_backward(dO)``
+    1. ``dQ, dK = logits_backward(dZ)``
 
-    3. ``O = A' V``          ->  ``dA' = dO V^T``, ``dV = A'^T dO`` (the post-dropout A')
-    2. ``A' = dropout(A)``   ->  ``dA = dA' * mask``
-    1. ``A = softmax(Z)``    ->  ``dZ = A * (dA - sum(dA * A, -1))``
-    0. ``Z = s Q K^T``       ->  ``dQ = s dZ K``, ``dK = s dZ^T Q`` (not ``Q^T dZ``)
-
-    Returns ``(dQ, dK, dV)``. Steps 2 and 1 work in the buffer of ``dA'`` (one (B, H, T, S)
-    array in all).
+    Returns ``(dQ, dK, dV)``.
     """
-    Q, K, V, sm_cache, A_drop, drop_cache, scale = cache
-    dA = dO @ V.swapaxes(-1, -2)  # (B, H, T, S) dA', fresh
-    dV = A_drop.swapaxes(-1, -2) @ dO  # (B, H, S, Dv)
-    dA = dropout_backward_(dA, drop_cache)
-    dZ = softmax_backward_(dA, sm_cache.P)
-    dZ *= scale
-    dQ = dZ @ K  # (B, H, T, Dh)
-    dK = dZ.swapaxes(-1, -2) @ Q  # (B, H, S, Dh)
+    dZ, dV = attention_core_backward(dO, cache.core)
+    dQ, dK = dot_product_logits_backward(dZ, cache.logits)
     return dQ, dK, dV
+
+
+__all__ = [
+    "AttentionCache",
+    "AttentionCoreCache",
+    "DotProductLogitsCache",
+    "attention_backward",
+    "attention_core_backward",
+    "attention_core_forward",
+    "attention_forward",
+    "causal_mask",
+    "dot_product_logits_backward",
+    "dot_product_logits_forward",
+]

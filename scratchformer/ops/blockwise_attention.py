@@ -1,25 +1,27 @@
-"""Memory-efficient scaled dot-product attention: queries in blocks, probabilities recomputed.
+"""Memory-efficient scaled dot-product attention: the core on blocks of queries, the
+probabilities recomputed in the backward pass.
 
 The same function as ``attention_forward`` (``O = dropout(softmax(s Q K^T, mask)) V``,
-s = 1/sqrt(Dh)), computed ``block`` queries at a time, so that only a (B, H, block, S)
-slice of the scores exists at any moment instead of the whole (B, H, T, S). The backward
-pass needs the probabilities again; instead of keeping them (T*S numbers per head) the
-forward keeps one number per query row, its log-sum-exp ``L = log sum_s exp(Z_s)`` (the
-FlashAttention trick, Dao et al. 2022), and the backward recomputes each block's
-``P = exp(Z - L)`` exactly. With ``Delta = rowsum(dO * O)`` (equal to
-``rowsum(dP * P)``, see docs/derivations.md#memory-efficient-attention):
+s = 1/sqrt(Dh)), computed ``block`` queries at a time: each block of logits
+``Z_b = s Q_b K^T`` goes through the attention core (ops/attention.py), so only a
+(B, H, block, S) slice of the scores exists at any moment instead of the whole
+(B, H, T, S). The backward pass needs the probabilities again; instead of keeping them
+(T*S numbers per head) the forward keeps one number per query row, its log-sum-exp
+``L = log sum_s exp(Z_s)`` over the visible keys (the FlashAttention trick, Dao et al.
+2022), and the backward recomputes each block's ``P = exp(Z - L)`` exactly, rebuilds the
+core's cache from it and runs the core's backward:
 
-    dV = sum over blocks of P'^T dO          P' = P * dropout mask
-    dP = dO V^T (* dropout mask)
-    dZ = P * (dP - Delta)                    the softmax backward, without rowsum(dP * P)
-    dQ = s dZ K,  dK = sum over blocks of s dZ^T Q
+    P_b = exp(s Q_b K^T - L_b)  (masked entries 0),   P'_b = P_b * dropout mask
+    dZ_b, dV_b = core_backward(dO_b)        dV = sum over blocks of dV_b
+    dQ_b = s dZ_b K,   dK = sum over blocks of s dZ_b^T Q_b
 
-The pieces it shares with the dense op are the ops themselves: the in-place masked
-softmax (``softmax_``, which also gives the row max and sum for L) and dropout
-(``dropout_forward``, ``dropout_mask``, ``dropout_backward``). Attention dropout
-regenerates each block's mask from a seed drawn once per forward (block b uses
-``backend.rng(seed + b)``), so no (T, S) mask is stored either. The masks
-therefore differ from the dense op's for the same generator; both are exact dropout.
+Each block holds whole rows of keys, so the core's ``sum(dA * A, -1)`` is computed over
+the full row; a kernel that also tiles the keys (FlashAttention) uses the equal
+``rowsum(dO * O)`` instead (docs/derivations.md#memory-efficient-attention).
+
+Attention dropout regenerates each block's mask from a seed drawn once per forward
+(block b uses ``device.generator(seed + b)``), so no (T, S) mask is stored either. The
+masks therefore differ from the dense op's for the same generator; both are exact dropout.
 
 Dimension key: ``B`` batch, ``H`` heads, ``T`` queries, ``S`` keys, ``Dh`` d_k,
 ``Dv`` d_v, ``M`` the query block.
@@ -30,15 +32,15 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from scratchformer import backend
+from scratchformer import device
 from scratchformer.backend import xp
-from scratchformer.ops.dropout import (
-    dropout_backward,
-    dropout_backward_,
-    dropout_forward,
-    dropout_mask,
+from scratchformer.ops.attention import (
+    AttentionCoreCache,
+    attention_core_backward,
+    attention_core_forward,
 )
-from scratchformer.ops.softmax import softmax_
+from scratchformer.ops.dropout import DropoutCache, dropout_backward, dropout_mask
+from scratchformer.ops.softmax import SoftmaxCache
 
 
 class BlockwiseAttentionCache(NamedTuple):
@@ -46,12 +48,11 @@ class BlockwiseAttentionCache(NamedTuple):
     K: object  # (B, H, S, Dh)
     V: object  # (B, H, S, Dv)
     mask: object  # bool broadcastable to (B, H, T, S), or None
-    O: object  # (B, H, T, Dv) the output (for Delta = rowsum(dO * O))
-    lse: object  # (B, H, T, 1) log-sum-exp of each row's masked scores (0: nothing to see)
+    lse: object  # (B, H, T, 1) log-sum-exp of each row's visible logits (0: nothing to see)
     block: int  # M, queries per block
     scale: float  # 1 / sqrt(d_k)
     p_drop: float  # attention dropout
-    seed: int | None  # block b's dropout mask comes from backend.rng(seed + b); None: off
+    seed: int | None  # block b's dropout mask comes from device.generator(seed + b); None: off
 
 
 def _mask_rows(mask, i0: int, i1: int):
@@ -63,19 +64,28 @@ def _mask_rows(mask, i0: int, i1: int):
 
 def _block_rng(seed: int, b: int):
     """Block ``b``'s dropout generator: the same mask in forward and backward."""
-    return backend.rng(seed + b)
+    return device.generator(seed + b)
+
+
+def _log_sum_exp(Z, mask):
+    """(..., M, S) logits  ->  (..., M, 1) ``log sum exp`` over the visible keys; 0 for a
+    row with none (its probabilities are all 0, whatever L is)."""
+    if mask is not None:
+        Z = xp.where(mask, Z, -xp.inf)
+    m = Z.max(axis=-1, keepdims=True)  # (..., M, 1)
+    m = xp.where(xp.isneginf(m), 0.0, m)
+    s = xp.exp(Z - m).sum(axis=-1, keepdims=True)
+    return m + xp.log(xp.where(s == 0, 1.0, s))
 
 
 def blockwise_attention_forward(Q, K, V, mask=None, block: int = 64, p_drop=0.0, rng=None):
     """Q (B, H, T, Dh), K (B, H, S, Dh), V (B, H, S, Dv), mask bool broadcastable to
     (B, H, T, S) (True: may attend)  ->  O (B, H, T, Dv), the same as ``attention_forward``.
 
-    Rows whose mask is all False output zeros. Peak extra memory: one (B, H, M, S) block.
+    Per block of ``block`` queries: ``Z_b = s Q_b K^T``, ``L_b = logsumexp(Z_b)``,
+    ``O_b = core(Z_b, V)``. Rows whose mask is all False output zeros. Peak extra
+    memory: one (B, H, M, S) block.
     """
-    if int(block) < 1:
-        raise ValueError(f"attention block must be >= 1, got {block}")
-    if not 0.0 <= p_drop < 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1), got {p_drop}")
     block = int(block)
     T = Q.shape[-2]
     scale = 1.0 / math.sqrt(Q.shape[-1])
@@ -86,53 +96,50 @@ def blockwise_attention_forward(Q, K, V, mask=None, block: int = 64, p_drop=0.0,
     Kt = K.swapaxes(-1, -2)  # (B, H, Dh, S)
     for b, i0 in enumerate(range(0, T, block)):
         i1 = min(i0 + block, T)
-        Z = Q[..., i0:i1, :] @ Kt  # (B, H, M, S), fresh: worked on in place
+        mb = _mask_rows(mask, i0, i1)
+        Z = Q[..., i0:i1, :] @ Kt  # (B, H, M, S)
         Z *= scale
-        P, m, s = softmax_(Z, _mask_rows(mask, i0, i1))
-        lse[..., i0:i1, :] = m + xp.log(s)
-        if seed is not None:
-            P, _ = dropout_forward(P, p_drop, _block_rng(seed, b))
-        O[..., i0:i1, :] = P @ V  # (B, H, M, Dv)
-    return O, BlockwiseAttentionCache(Q, K, V, mask, O, lse, block, scale, p_drop, seed)
+        lse[..., i0:i1, :] = _log_sum_exp(Z, mb)
+        block_rng = _block_rng(seed, b) if seed is not None else None
+        O[..., i0:i1, :], _ = attention_core_forward(Z, V, mb, p_drop, block_rng)
+    return O, BlockwiseAttentionCache(Q, K, V, mask, lse, block, scale, p_drop, seed)
+
+
+def _recomputed_core(cache: BlockwiseAttentionCache, b: int, i0: int, i1: int):
+    """Block ``b``'s core cache, rebuilt: ``P = exp(s Q_b K^T - L_b)`` (masked entries
+    0, exactly the forward's probabilities) and, with dropout, its mask drawn again."""
+    P = cache.Q[..., i0:i1, :] @ cache.K.swapaxes(-1, -2)  # (B, H, M, S): the scores again
+    P *= cache.scale
+    mb = _mask_rows(cache.mask, i0, i1)
+    if mb is not None:
+        P = xp.where(mb, P, -xp.inf)
+    P = xp.exp(P - cache.lse[..., i0:i1, :])
+    drop = DropoutCache(None)
+    if cache.seed is not None:
+        drop = dropout_mask(P.shape, cache.p_drop, _block_rng(cache.seed, b), P.dtype)
+    return AttentionCoreCache(SoftmaxCache(P), dropout_backward(P, drop), drop, cache.V)
 
 
 def blockwise_attention_backward(dO, cache: BlockwiseAttentionCache):
-    """Returns ``(dQ, dK, dV)``; per block, in the reverse order of the forward's steps:
+    """Returns ``(dQ, dK, dV)``; per block, the forward's steps in reverse:
 
-    2. recompute ``P = exp(s Q K^T - L)`` (masked entries 0), ``P' = P * mask_drop``
-    1. ``dV += P'^T dO``, ``dP = (dO V^T) * mask_drop``
-    0. ``dZ = s P * (dP - Delta)``, ``dQ = dZ K``, ``dK += dZ^T Q``
+    2. the core's cache recomputed (``_recomputed_core``)
+    1. ``dZ_b, dV_b = core_backward(dO_b)``; ``dV += dV_b``
+    0. ``dZ_b *= s``; ``dQ_b = dZ_b K``, ``dK += dZ_b^T Q_b``
     """
-    Q, K, V, mask, O, lse, block, scale, p_drop, seed = cache
+    Q, K, V = cache.Q, cache.K, cache.V
     T = Q.shape[-2]
-    dtype = O.dtype
-    dQ = xp.empty(Q.shape, dtype=dtype)
-    dK = xp.zeros(K.shape, dtype=dtype)
-    dV = xp.zeros(V.shape, dtype=dtype)
-    delta = backend.rowdot(dO, O)[..., None]  # (B, H, T, 1) = rowsum(dP * P)
-    Kt, Vt = K.swapaxes(-1, -2), V.swapaxes(-1, -2)
-    for b, i0 in enumerate(range(0, T, block)):
-        i1 = min(i0 + block, T)
-        Qb, dOb = Q[..., i0:i1, :], dO[..., i0:i1, :]
-        P = Qb @ Kt  # (B, H, M, S): the scores again ...
-        P *= scale
-        mb = _mask_rows(mask, i0, i1)
-        if mb is not None:
-            xp.copyto(P, -xp.inf, where=xp.logical_not(mb))
-        P -= lse[..., i0:i1, :]
-        xp.exp(P, out=P)  # ... and the forward's probabilities, exactly
-        dP = dOb @ Vt  # (B, H, M, S)
-        if seed is not None:  # the forward's mask, drawn again
-            drop = dropout_mask(P.shape, p_drop, _block_rng(seed, b), P.dtype)
-            dV += dropout_backward(P, drop).swapaxes(-1, -2) @ dOb  # P' = P * mask
-            dP = dropout_backward_(dP, drop)
-        else:
-            dV += P.swapaxes(-1, -2) @ dOb
-        dP -= delta[..., i0:i1, :]
-        dP *= P
-        dP *= scale  # dZ
-        dQ[..., i0:i1, :] = dP @ K
-        dK += dP.swapaxes(-1, -2) @ Qb
+    dQ = xp.empty(Q.shape, dtype=dO.dtype)
+    dK = xp.zeros(K.shape, dtype=dO.dtype)
+    dV = xp.zeros(V.shape, dtype=dO.dtype)
+    for b, i0 in enumerate(range(0, T, cache.block)):
+        i1 = min(i0 + cache.block, T)
+        core = _recomputed_core(cache, b, i0, i1)
+        dZ, dV_b = attention_core_backward(dO[..., i0:i1, :], core)
+        dV += dV_b
+        dZ *= cache.scale
+        dQ[..., i0:i1, :] = dZ @ K
+        dK += dZ.swapaxes(-1, -2) @ Q[..., i0:i1, :]
     return dQ, dK, dV
 
 

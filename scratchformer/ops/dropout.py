@@ -25,8 +25,6 @@ def dropout_forward(x, p: float, rng=None):
     Passing a generator is what turns dropout on: evaluation simply passes none. The
     cache keeps the bool mask (1 byte per entry, not a float mask of 4 or 8).
     """
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if rng is None or p == 0.0:
         return x, DropoutCache(None)
     cache = dropout_mask(x.shape, p, rng, x.dtype)
@@ -51,12 +49,3 @@ def dropout_backward(dout, cache: DropoutCache):
     dx = xp.multiply(dout, cache.mask)
     dx *= cache.scale
     return dx
-
-
-def dropout_backward_(dout, cache: DropoutCache):
-    """``dropout_backward`` written over ``dout`` (owned by the caller): the same two
-    multiplications in dout's buffer, bitwise equal to ``dropout_backward``."""
-    if cache.mask is not None:
-        dout *= cache.mask
-        dout *= cache.scale
-    return dout

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer import backend
+from scratchformer import device
 from scratchformer.backend import xp
 
 
@@ -35,7 +35,7 @@ def embedding_backward(dout, cache: EmbeddingCache):
     ids, vocab_size, pad_id = cache
     d = dout.shape[-1]
     dE = xp.zeros((vocab_size, d), dtype=dout.dtype)
-    backend.scatter_add(dE, ids.reshape(-1), dout.reshape(-1, d))
+    device.scatter_add(dE, ids.reshape(-1), dout.reshape(-1, d))
     if pad_id is not None:
         dE[pad_id] = 0
     return dE

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer import backend
+from scratchformer import device
 from scratchformer.backend import xp
 
 
@@ -31,7 +31,7 @@ def layernorm_forward(x, gamma, beta, eps: float = 1e-5):
     d = x.shape[-1]
     mu = x @ xp.full(d, 1.0 / d, dtype=x.dtype)  # (...,)
     xhat = x - mu[..., None]  # (..., D), x - mu for now
-    var = backend.rowdot(xhat, xhat) * (1.0 / d)  # (...,) biased variance
+    var = device.rowdot(xhat, xhat) * (1.0 / d)  # (...,) biased variance
     rstd = (1.0 / xp.sqrt(var + eps))[..., None].astype(x.dtype)  # (..., 1)
     xhat *= rstd
     out = xhat * gamma
@@ -53,7 +53,7 @@ def layernorm_backward(dout, cache: LayerNormCache):
     dxhat = dout * gamma  # (..., D), becomes dx
     inv_d = xp.full(d, 1.0 / d, dtype=dxhat.dtype)
     mean_dxhat = dxhat @ inv_d  # (...,)
-    mean_dxhat_xhat = backend.rowdot(dxhat, xhat) * (1.0 / d)  # (...,)
+    mean_dxhat_xhat = device.rowdot(dxhat, xhat) * (1.0 / d)  # (...,)
     t = xhat * mean_dxhat_xhat[..., None].astype(dxhat.dtype)
     dxhat -= mean_dxhat[..., None]
     dxhat -= t

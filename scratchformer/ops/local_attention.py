@@ -10,10 +10,13 @@ Each block sees a window of ``2M`` keys, so scores are (nb, M, 2M) per head: mem
 O(L * M) instead of the O(L^2) of dense attention. With ``window(X)[b] = [X_{b-1}; X_b]``
 (X_{-1} = 0):
 
-    Z_b = s Q_b window(K)_b^T,   A_b = softmax(Z_b, band_b),   O_b = dropout(A_b) window(V)_b
+    O_b = attention(Q_b, window(K)_b, window(V)_b, band_b)
 
-Backward: attention's backward inside each block, then ``window``'s adjoint folds the
-window gradient back: ``dK_b = dKwin_b[M:] + dKwin_{b+1}[:M]``.
+that is, the scaled dot-product attention of ops/attention.py (its logits and the
+attention core) on the blocked tensors: nothing of it is written again here. Backward:
+attention's backward on the blocks, then ``window``'s adjoint folds the window gradient
+back: ``dK_b = dKwin_b[M:] + dKwin_{b+1}[:M]``. Queries that do not line up with the
+keys (decoding at an offset) use the dense op with the band as its mask.
 
 Dimension key: ``B`` batch, ``H`` heads, ``L`` length, ``M`` block size,
 ``nb = ceil(L / M)`` blocks, ``W = 2M`` window, ``Dh`` d_k, ``Dv`` d_v.
@@ -22,32 +25,20 @@ Derivation: docs/derivations.md#local-block-attention.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from scratchformer.backend import xp
-from scratchformer.ops.dropout import DropoutCache, dropout_backward, dropout_forward
-from scratchformer.ops.softmax import SoftmaxCache, softmax_backward, softmax_forward
+from scratchformer.ops.attention import AttentionCache, attention_backward, attention_forward
 
 
-def key_padding(mask, B: int, S: int):
-    """The key-padding part of an attention mask, as (B, S) bool, or None.
-
-    Local attention builds its causal band itself and reads only which keys are real:
-    a (B, 1, 1, S) padding mask is used as is; of a (B, 1, T, S) or (T, S) causal mask
-    (True at key <= query) the last query row is taken, which sees every real key.
-    """
-    if mask is None:
-        return None
-    m = mask.reshape(mask.shape[-2:]) if mask.ndim == 2 else mask[:, 0, -1, :]  # (B|1, S)
-    return xp.broadcast_to(m.reshape(-1, S), (B, S))
-
-
-def band_mask(L: int, M: int):
-    """Dense (L, L) bool equivalent of local attention: causal and at most one block back."""
-    i = xp.arange(L)[:, None]
-    j = xp.arange(L)[None, :]
-    return (j <= i) & (j // M >= i // M - 1)
+def band_mask(T: int, M: int, S: int | None = None, offset: int = 0):
+    """The (T, S) bool band of local attention for queries at positions ``offset ..``
+    over keys ``0 .. S-1``: key j visible from query i iff ``j <= p_i`` and
+    ``j // M >= p_i // M - 1`` (``p_i = offset + i``): causal, at most one block back."""
+    S = T if S is None else S
+    p = xp.arange(T)[:, None] + offset
+    j = xp.arange(S)[None, :]
+    return (j <= p) & (j // M >= p // M - 1)
 
 
 def _window(Xb):
@@ -93,75 +84,85 @@ def local_mask(L: int, M: int, keys=None, B: int = 1):
 
 
 class LocalAttentionCache(NamedTuple):
-    Qb: object  # (B, H, nb, M, Dh)
-    Kwin: object  # (B, H, nb, 2M, Dh)
-    Vwin: object  # (B, H, nb, 2M, Dv)
-    softmax: SoftmaxCache  # A (B, H, nb, M, 2M)
-    A_drop: object  # (B, H, nb, M, 2M)
-    dropout: DropoutCache
-    scale: float
-    L: int  # the unpadded length
+    attention: AttentionCache  # the dense op's cache (on blocks, or on the band mask)
+    L: int  # the unpadded length (blocked form); None for the band form
     M: int  # block size
 
 
-def local_attention_forward(Q, K, V, block: int, mask=None, p_drop: float = 0.0, rng=None):
-    """Q, K (B, H, L, Dh), V (B, H, L, Dv); ``block`` M; ``mask`` read as key padding
-    (see ``key_padding``)  ->  O (B, H, L, Dv).
+def _key_padding(mask, B: int, S: int):
+    """A key-padding mask broadcastable to (B, 1, 1, S) as (B, S) bool, or None."""
+    if mask is None:
+        return None
+    if mask.ndim >= 2 and mask.shape[-2] != 1:
+        raise ValueError(
+            f"local attention takes a key-padding mask (B, 1, 1, S), not {tuple(mask.shape)}: "
+            "it builds its causal band itself"
+        )
+    return xp.broadcast_to(mask, (B, 1, 1, S))[:, 0, 0, :]
+
+
+def local_attention_forward(
+    Q, K, V, block: int, mask=None, p_drop: float = 0.0, rng=None, offset: int = 0
+):
+    """Q (B, H, T, Dh) at positions ``offset ..``, K (B, H, S, Dh), V (B, H, S, Dv);
+    ``block`` M; ``mask`` key padding, bool broadcastable to (B, 1, 1, S) (True at real
+    keys) or None: the causal band is built here  ->  O (B, H, T, Dv).
+
+    Blocked form (queries and keys line up: T = S, offset 0, as in training):
 
     1. pad L to nb*M, cut into blocks; windows of keys/values [block b-1; block b]
-    2. ``Z = s Qb Kwin^T`` (B, H, nb, M, 2M), ``A = softmax(Z, band & real keys)``
-    3. ``A' = dropout(A)``, ``O = A' Vwin``, un-block and drop the padding
+    2. ``O_b = attention(Qb, Kwin, Vwin, band & real keys)`` (B, H, nb, M, 2M) scores
+    3. un-block and drop the padding
+
+    Band form (decoding: T new queries over S stored keys): dense attention with the
+    (T, S) band mask of those positions; the same function, O(T S) memory.
     """
-    B, H, L, _ = Q.shape
-    if K.shape[-2] != L:
-        raise ValueError("local attention is self-attention: queries and keys of one length")
+    B, H, T, _ = Q.shape
+    S = K.shape[-2]
     M = int(block)
-    nb = -(-L // M)
-    scale = 1.0 / math.sqrt(Q.shape[-1])
+    keys = _key_padding(mask, B, S)  # (B, S) or None
+    if T != S or offset:
+        band = band_mask(T, M, S, offset)[None, None]  # (1, 1, T, S)
+        if keys is not None:
+            band = band & keys[:, None, None, :]
+        O, cache = attention_forward(Q, K, V, band, p_drop, rng)
+        return O, LocalAttentionCache(cache, None, M)
+    nb = -(-T // M)
     Qb = _blocks(Q, M, nb)  # (B, H, nb, M, Dh)
     Kwin = _window(_blocks(K, M, nb))  # (B, H, nb, 2M, Dh)
     Vwin = _window(_blocks(V, M, nb))  # (B, H, nb, 2M, Dv)
-    m = local_mask(L, M, key_padding(mask, B, L), B)  # (B|1, 1, nb, M, 2M)
-    scores = (Qb @ Kwin.swapaxes(-1, -2)) * scale  # (B, H, nb, M, 2M)
-    A, sm_cache = softmax_forward(scores, m)
-    A_drop, drop_cache = dropout_forward(A, p_drop, rng)
-    Ob = A_drop @ Vwin  # (B, H, nb, M, Dv)
-    O = Ob.reshape(B, H, nb * M, -1)[:, :, :L]  # (B, H, L, Dv)
-    return O, LocalAttentionCache(Qb, Kwin, Vwin, sm_cache, A_drop, drop_cache, scale, L, M)
+    m = local_mask(T, M, keys, B)  # (B|1, 1, nb, M, 2M)
+    Ob, cache = attention_forward(Qb, Kwin, Vwin, m, p_drop, rng)  # (B, H, nb, M, Dv)
+    O = Ob.reshape(B, H, nb * M, -1)[:, :, :T]  # (B, H, L, Dv)
+    return O, LocalAttentionCache(cache, T, M)
 
 
 def local_attention_backward(dO, cache: LocalAttentionCache):
-    """Reverse of the forward:
+    """Reverse of the forward. Blocked form:
 
-    3. ``dA' = dOb Vwin^T``, ``dVwin = A'^T dOb`` (dOb: dO zero-padded and blocked)
-    2. dropout, ``dZ = A * (dA - sum(dA * A, -1))``, ``dZ' = s dZ``
-    1. ``dQb = dZ' Kwin``, ``dKwin = dZ'^T Qb``; fold windows back (``_window_backward``),
+    3. ``dOb``: dO zero-padded and blocked
+    2. ``dQb, dKwin, dVwin = attention_backward(dOb)``
+    1. fold the windows back (``_window_backward``: ``dK_b = dKwin_b[M:] + dKwin_{b+1}[:M]``),
        un-block, drop the padding
 
-    Returns ``(dQ, dK, dV)``.
+    Band form: the dense op's backward. Returns ``(dQ, dK, dV)``.
     """
-    Qb, Kwin, Vwin, sm_cache, A_drop, drop_cache, scale, L, M = cache
-    B, H, nb = Qb.shape[:3]
-    dOb = _blocks(dO, M, nb)  # (B, H, nb, M, Dv)
-    dA_drop = dOb @ Vwin.swapaxes(-1, -2)  # (B, H, nb, M, 2M)
-    dVwin = A_drop.swapaxes(-1, -2) @ dOb  # (B, H, nb, 2M, Dv)
-    dZ = softmax_backward(dropout_backward(dA_drop, drop_cache), sm_cache)
-    dZ *= scale
-    dQb = dZ @ Kwin  # (B, H, nb, M, Dh)
-    dKwin = dZ.swapaxes(-1, -2) @ Qb  # (B, H, nb, 2M, Dh)
+    if cache.L is None:
+        return attention_backward(dO, cache.attention)
+    B, H = dO.shape[:2]
+    L, M = cache.L, cache.M
+    nb = -(-L // M)
+    dQb, dKwin, dVwin = attention_backward(_blocks(dO, M, nb), cache.attention)
 
     def unblock(Xb):
         return Xb.reshape(B, H, nb * M, -1)[:, :, :L]  # (B, H, L, D)
 
-    dK = unblock(_window_backward(dKwin, M))
-    dV = unblock(_window_backward(dVwin, M))
-    return unblock(dQb), dK, dV
+    return unblock(dQb), unblock(_window_backward(dKwin, M)), unblock(_window_backward(dVwin, M))
 
 
 __all__ = [
     "LocalAttentionCache",
     "band_mask",
-    "key_padding",
     "local_attention_backward",
     "local_attention_forward",
     "local_mask",

@@ -28,7 +28,9 @@ class LossCache(NamedTuple):
     V: int  # vocabulary size, the last axis of the scores
     dtype: object  # dtype of the scores
     P: object  # (N..., V) softmax probabilities (fused form only, else None)
-    spent: object = None  # [bool]: True once an in-place backward wrote dlogits over P
+    # [bool] for an implementation whose backward writes dlogits over P: True once it
+    # has (the cache then serves no second backward); None: P is never overwritten
+    spent: object = None
 
 
 def _smoothing_weights(V: int, eps: float):
@@ -91,7 +93,7 @@ def label_smoothed_nll_backward(dout, cache: LossCache):
     return _dscores_minus_q(zeros, cache, dout)
 
 
-def cross_entropy_forward(logits, target, eps: float = 0.0, pad_id: int | None = None):
+def cross_entropy_forward(logits, target, eps: float = 0.0, pad_id: int | None = None, out=None):
     """Fused log-softmax + label-smoothed NLL: logits (N..., V), target (N...) -> loss.
 
     The same value as ``label_smoothed_nll_forward(log_softmax(logits), ...)``, with a
@@ -101,18 +103,11 @@ def cross_entropy_forward(logits, target, eps: float = 0.0, pad_id: int | None =
 
         -lp[y] = lse - (x[y] - m),    -sum_k lp[k] = V lse - sum_k (x[k] - m).
 
-    The logits are not modified (the model calls ``cross_entropy_forward_`` instead,
-    which turns its own logits into the probabilities in place).
-    """
-    return cross_entropy_forward_(logits, target, eps, pad_id, overwrite=False)
-
-
-def cross_entropy_forward_(logits, target, eps=0.0, pad_id=None, overwrite: bool = True):
-    """``cross_entropy_forward`` that, with ``overwrite``, reuses ``logits`` as the
-    probability buffer (the caller must not need its logits any more).
-
     Five passes over the (N, V) scores: max, subtract, (row sum,) exp, row sum, scale;
-    every other quantity is per row. Derivation: docs/derivations.md#label-smoothed-cross-entropy.
+    every other quantity is per row. The cache keeps the probabilities ``P`` (N..., V),
+    in ``out`` when given (it may be ``logits`` itself, when the caller does not need
+    its logits any more), else in a new array.
+    Derivation: docs/derivations.md#label-smoothed-cross-entropy.
     """
     _check(logits, target)
     V = logits.shape[-1]
@@ -121,7 +116,7 @@ def cross_entropy_forward_(logits, target, eps=0.0, pad_id=None, overwrite: bool
     tgt = target.reshape(-1)  # (N,)
     rows = xp.arange(tgt.shape[0])
     m = x.max(axis=-1, keepdims=True)  # (N, 1)
-    e = xp.subtract(x, m, out=x if overwrite else None)  # (N, V) x - m
+    e = xp.subtract(x, m, out=None if out is None else out.reshape(-1, V))  # (N, V) x - m
     z_y = e[rows, tgt]  # (N,) shifted target logits
     sum_z = e.sum(axis=-1) if eps else None  # (N,)
     xp.exp(e, out=e)  # (N, V) unnormalised probabilities
@@ -139,29 +134,21 @@ def cross_entropy_forward_(logits, target, eps=0.0, pad_id=None, overwrite: bool
     nll_sum = float((nll * keep_flat).sum())
     P = e.reshape(logits.shape)  # (N..., V)
     return loss.astype(logits.dtype), LossCache(
-        target, keep, eps, n_tokens, nll_sum, V, logits.dtype, P, [False]
+        target, keep, eps, n_tokens, nll_sum, V, logits.dtype, P
     )
 
 
-def cross_entropy_backward(dout, cache: LossCache):
-    """``dlogits = (softmax(logits) - q) * keep * dout / n_tokens``."""
-    _check_unspent(cache)
-    return _dscores_minus_q(cache.P, cache, dout)
-
-
-def _check_unspent(cache: LossCache):
+def cross_entropy_backward(dout, cache: LossCache, out=None):
+    """``dlogits = (softmax(logits) - q) * keep * dout / n_tokens``, into ``out`` when
+    given (it may be ``cache.P`` itself, when the cache will not be used again: the
+    cache is then marked spent, and a second backward through it raises ValueError
+    instead of reading gradients as probabilities)."""
     if cache.spent is not None and cache.spent[0]:
         raise ValueError(
-            "this loss cache was spent by an in-place backward (the models' loss_backward "
-            "writes dlogits over the probabilities): run the forward again"
+            "this loss cache was spent by an in-place backward (dlogits were written "
+            "over its probabilities): run the forward again"
         )
-
-
-def cross_entropy_backward_(dout, cache: LossCache):
-    """``cross_entropy_backward`` writing ``dlogits`` over ``cache.P`` (no new (N, V)
-    array). The cache is spent: a second backward through it raises ValueError."""
-    _check_unspent(cache)
-    d = _dscores_minus_q(cache.P, cache, dout, out=cache.P)
-    if cache.spent is not None:
+    d = _dscores_minus_q(cache.P, cache, dout, out=out)
+    if out is cache.P and cache.spent is not None:
         cache.spent[0] = True
     return d

@@ -1,4 +1,11 @@
-"""Relative position self-attention, forward and backward, in two forms.
+"""Relative position self-attention: what each of two variants adds to the attention core.
+
+Only the variants' own terms are here, as forward/backward pairs; the softmax, the
+dropout and the product with V are the attention core of ops/attention.py, and the
+attention modules (nn/relative_attention.py) compose the two:
+
+    Shaw:               Z = shaw_logits(Q, K, E_k);  O = core(Z, V);  O = shaw_values(O, A')
+    Music Transformer:  Z = skew_logits(Q, K, E_r);  O = core(Z, V)
 
 Shaw et al. (2018), "Self-Attention with Relative Position Representations":
 
@@ -40,10 +47,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from scratchformer import backend
+from scratchformer import device
 from scratchformer.backend import xp
-from scratchformer.ops.dropout import DropoutCache, dropout_backward, dropout_forward
-from scratchformer.ops.softmax import SoftmaxCache, softmax_backward, softmax_forward
 
 
 # -- index helpers -------------------------------------------------------------------------
@@ -83,81 +88,78 @@ def scatter_relative(Y, idx, R: int):
     flat_idx = (xp.arange(T)[:, None] * R + idx).reshape(-1)  # (T*S,)
     values = Y.reshape(n, T * S).T  # (T*S, n)
     out = xp.zeros((T * R, n), dtype=Y.dtype)
-    backend.scatter_add(out, flat_idx, xp.ascontiguousarray(values))
+    device.scatter_add(out, flat_idx, xp.ascontiguousarray(values))
     return out.T.reshape(*lead, T, R)  # (..., T, R)
 
 
 # -- Shaw et al. ---------------------------------------------------------------------------
-class ShawAttentionCache(NamedTuple):
+class ShawLogitsCache(NamedTuple):
     Q: object  # (B, H, T, Dh)
     K: object  # (B, H, S, Dh)
-    V: object  # (B, H, S, Dv)
     E_k: object  # (R, Dh) key relative embeddings, R = 2k+1
-    E_v: object  # (R, Dv) value relative embeddings (None: no value term)
     idx: object  # (T, S) int buckets
-    softmax: SoftmaxCache  # A (B, H, T, S) before dropout
-    A_drop: object  # (B, H, T, S) after dropout (what multiplied V and E_v)
-    A_rel: object  # (B, H, T, R) A_drop summed per bucket (None without E_v)
-    dropout: DropoutCache
     scale: float  # 1 / sqrt(Dh)
 
 
-def shaw_attention_forward(
-    Q, K, V, E_k, E_v=None, mask=None, p_drop: float = 0.0, rng=None, offset: int = 0
-):
-    """Q (B, H, T, Dh), K (B, H, S, Dh), V (B, H, S, Dv), E_k (2k+1, Dh), E_v (2k+1, Dv)
-    or None, mask bool broadcastable to (B, H, T, S)  ->  O (B, H, T, Dv).
+def shaw_logits_forward(Q, K, E_k, offset: int = 0):
+    """Q (B, H, T, Dh) at positions ``offset ..``, K (B, H, S, Dh), E_k (2k+1, Dh)
+    ->  Z (B, H, T, S):
 
-    1. ``Z = s (Q K^T + gather(Q E_k^T, idx))``
-    2. ``A = softmax(Z, mask)``, ``A' = dropout(A)``
-    3. ``O = A' V + scatter(A', idx) E_v``
+    ``Z = s (Q K^T + gather(Q E_k^T, idx))``, ``idx = relative_index(T, S, k, offset)``.
     """
     R = E_k.shape[0]
-    k = (R - 1) // 2
     T, S = Q.shape[-2], K.shape[-2]
-    idx = relative_index(T, S, k, offset)  # (T, S)
+    idx = relative_index(T, S, (R - 1) // 2, offset)  # (T, S)
     scale = 1.0 / math.sqrt(Q.shape[-1])
     rel = Q @ E_k.T  # (B, H, T, R)
-    scores = (Q @ K.swapaxes(-1, -2) + gather_relative(rel, idx)) * scale  # (B, H, T, S)
-    A, sm_cache = softmax_forward(scores, mask)
-    A_drop, drop_cache = dropout_forward(A, p_drop, rng)
-    O = A_drop @ V  # (B, H, T, Dv)
-    A_rel = None
-    if E_v is not None:
-        A_rel = scatter_relative(A_drop, idx, R)  # (B, H, T, R)
-        O = O + A_rel @ E_v
-    return O, ShawAttentionCache(Q, K, V, E_k, E_v, idx, sm_cache, A_drop, A_rel, drop_cache, scale)
+    Z = (Q @ K.swapaxes(-1, -2) + gather_relative(rel, idx)) * scale  # (B, H, T, S)
+    return Z, ShawLogitsCache(Q, K, E_k, idx, scale)
 
 
-def shaw_attention_backward(dO, cache: ShawAttentionCache):
-    """Reverse of the forward:
+def shaw_logits_backward(dZ, cache: ShawLogitsCache):
+    """With ``dZ' = s dZ``: the content term gives ``dQ = dZ' K``, ``dK = dZ'^T Q``; the
+    relative term ``gather(R)`` gives ``dR = scatter(dZ', idx)`` (B, H, T, 2k+1), then
+    ``R = Q E_k^T`` gives ``dQ += dR E_k`` and ``dE_k = sum_{b,h} dR^T Q``.
 
-    3. ``dA' = dO V^T + gather(dO E_v^T, idx)``, ``dV = A'^T dO``,
-       ``dE_v = sum_{b,h,i} A_rel^T dO``  (A_rel = scatter(A', idx))
-    2. ``dA = dA' * mask_drop``, ``dZ = A * (dA - sum(dA * A, -1))``
-    1. with ``dZ' = s dZ``: ``dQ = dZ' K + scatter(dZ', idx) E_k``, ``dK = dZ'^T Q``,
-       ``dE_k = sum_{b,h,i} scatter(dZ', idx)^T Q``
-
-    Returns ``(dQ, dK, dV, dE_k, dE_v)`` (``dE_v`` None when there is no value term).
+    Returns ``(dQ, dK, dE_k)``.
     """
-    Q, K, V, E_k, E_v, idx, sm_cache, A_drop, A_rel, drop_cache, scale = cache
+    Q, K, E_k, idx, scale = cache
     R = E_k.shape[0]
-    # 3. the output
-    dA_drop = dO @ V.swapaxes(-1, -2)  # (B, H, T, S)
-    dV = A_drop.swapaxes(-1, -2) @ dO  # (B, H, S, Dv)
-    dE_v = None
-    if E_v is not None:
-        dA_drop = dA_drop + gather_relative(dO @ E_v.T, idx)  # (B, H, T, R) -> (B, H, T, S)
-        dE_v = A_rel.reshape(-1, R).T @ dO.reshape(-1, dO.shape[-1])  # (R, Dv)
-    # 2. dropout and softmax
-    dZ = softmax_backward(dropout_backward(dA_drop, drop_cache), sm_cache)
-    dZ *= scale
-    # 1. the logits: content term and relative term
+    dZ = dZ * scale
     dRel = scatter_relative(dZ, idx, R)  # (B, H, T, R)
     dQ = dZ @ K + dRel @ E_k  # (B, H, T, Dh)
     dK = dZ.swapaxes(-1, -2) @ Q  # (B, H, S, Dh)
     dE_k = dRel.reshape(-1, R).T @ Q.reshape(-1, Q.shape[-1])  # (R, Dh)
-    return dQ, dK, dV, dE_k, dE_v
+    return dQ, dK, dE_k
+
+
+class ShawValuesCache(NamedTuple):
+    A_rel: object  # (B, H, T, R) the post-dropout weights summed per bucket
+    E_v: object  # (R, Dv) value relative embeddings
+    idx: object  # (T, S) int buckets
+
+
+def shaw_values_forward(O, A_drop, E_v, idx):
+    """The value term: O (B, H, T, Dv) the core's ``A' V``, A_drop (B, H, T, S) its
+    post-dropout weights, E_v (2k+1, Dv), idx (T, S)  ->  O + scatter(A', idx) E_v.
+
+    ``O_i = sum_j A'_ij (V_j + E_v[idx_ij])``: the sum over keys of one bucket first
+    (``A_rel``, (B, H, T, 2k+1)), then one product with ``E_v``.
+    """
+    A_rel = scatter_relative(A_drop, idx, E_v.shape[0])  # (B, H, T, R)
+    return O + A_rel @ E_v, ShawValuesCache(A_rel, E_v, idx)
+
+
+def shaw_values_backward(dO, cache: ShawValuesCache):
+    """``dE_v = sum_{b,h,i} A_rel^T dO`` and, through the scatter, the extra gradient of
+    the weights ``dA' = gather(dO E_v^T, idx)`` (the core adds it to its ``dO V^T``).
+
+    Returns ``(dA_drop, dE_v)``.
+    """
+    A_rel, E_v, idx = cache
+    R = E_v.shape[0]
+    dE_v = A_rel.reshape(-1, R).T @ dO.reshape(-1, dO.shape[-1])  # (R, Dv)
+    return gather_relative(dO @ E_v.T, idx), dE_v  # (B, H, T, R) -> (B, H, T, S)
 
 
 # -- Music Transformer: the skew ---------------------------------------------------------------
@@ -199,36 +201,26 @@ def skew_table(E_r, L: int):
     return E_r[:, rows, :], rows
 
 
-class SkewAttentionCache(NamedTuple):
+class SkewLogitsCache(NamedTuple):
     Q: object  # (B, H, T, Dh)
     K: object  # (B, H, S, Dh)
-    V: object  # (B, H, S, Dv)
     E_r: object  # (H, k+1, Dh) the relative embeddings
     Er_L: object  # skew form: (H, L, Dh) the per-length table gathered from E_r; else None
     rows: object  # skew form: (L,) int, the E_r row of each column of Er_L; else None
     idx: object  # gather form: (T, S) int distance rows (``distance_index``); else None
-    softmax: SoftmaxCache  # A (B, H, T, S)
-    A_drop: object  # (B, H, T, S)
-    dropout: DropoutCache
     scale: float
 
 
-def skew_attention_forward(Q, K, V, E_r, mask, p_drop: float = 0.0, rng=None, offset: int = 0):
-    """Q (B, H, T, Dh), K (B, H, S, Dh), V (B, H, S, Dv), E_r (H, k+1, Dh), mask bool
-    broadcastable to (B, H, T, S) that MUST hide every key after its query
-    ->  O (B, H, T, Dv). Query ``i`` sits at position ``offset + i``, key ``j`` at ``j``.
+def skew_logits_forward(Q, K, E_r, offset: int = 0):
+    """Q (B, H, T, Dh) at positions ``offset ..``, K (B, H, S, Dh), E_r (H, k+1, Dh)
+    ->  Z (B, H, T, S), valid on and below the causal diagonal only (the causal mask
+    is mandatory: above it the skew leaves other rows' entries).
 
-    1. relative logits ``rel[i, j] = Q_i . E_r[min(offset + i - j, k)]`` for j <= offset + i:
-       the skew form ``Skew(Q Er_L^T)`` when queries and keys line up (T = S, offset 0,
-       training), else the gather ``gather(Q E_r^T, distance_index)`` (decoding)
-    2. ``Z = s (Q K^T + rel)``
-    3. ``A = softmax(Z, mask)``, ``A' = dropout(A)``, ``O = A' V``
-
-    Without a mask every key must be at or before the first query (S <= offset + 1).
+    ``Z = s (Q K^T + rel)`` with ``rel[i, j] = Q_i . E_r[min(offset + i - j, k)]``:
+    the skew form ``Skew(Q Er_L^T)`` when queries and keys line up (T = S, offset 0,
+    training), else the gather ``gather(Q E_r^T, distance_index)`` (decoding).
     """
     T, S = Q.shape[-2], K.shape[-2]
-    if mask is None and S > offset + 1:
-        raise ValueError("skew attention needs the causal mask: keys after a query are garbage")
     scale = 1.0 / math.sqrt(Q.shape[-1])
     Er_L = rows = idx = None
     if T == S and offset == 0:
@@ -237,58 +229,53 @@ def skew_attention_forward(Q, K, V, E_r, mask, p_drop: float = 0.0, rng=None, of
     else:
         idx = distance_index(T, S, E_r.shape[-2] - 1, offset)  # (T, S)
         rel = gather_relative(Q @ E_r.swapaxes(-1, -2), idx)  # (B, H, T, k+1) -> (B, H, T, S)
-    scores = (Q @ K.swapaxes(-1, -2) + rel) * scale
-    A, sm_cache = softmax_forward(scores, mask)
-    A_drop, drop_cache = dropout_forward(A, p_drop, rng)
-    O = A_drop @ V
-    return O, SkewAttentionCache(Q, K, V, E_r, Er_L, rows, idx, sm_cache, A_drop, drop_cache, scale)
+    Z = (Q @ K.swapaxes(-1, -2) + rel) * scale
+    return Z, SkewLogitsCache(Q, K, E_r, Er_L, rows, idx, scale)
 
 
-def skew_attention_backward(dO, cache: SkewAttentionCache):
-    """Reverse of the forward:
+def skew_logits_backward(dZ, cache: SkewLogitsCache):
+    """With ``dZ' = s dZ``: ``dK = dZ'^T Q``, and
 
-    3. ``dA' = dO V^T``, ``dV = A'^T dO``; dropout; ``dZ = softmax_backward``; ``dZ' = s dZ``
-    2. ``dK = dZ'^T Q``
-    1. skew form: ``drel = SkewBackward(dZ')``, ``dQ = dZ' K + drel Er_L``,
-       ``dEr_L = sum_b drel^T Q`` (H, L, Dh), ``dE_r[:, d] = sum of dEr_L[:, r]`` over the
-       columns r with row d (scatter-add);
-       gather form: ``dRel = scatter(dZ', idx)`` (B, H, T, k+1), ``dQ = dZ' K + dRel E_r``,
-       ``dE_r = sum_b dRel^T Q``
+    skew form: ``drel = SkewBackward(dZ')``, ``dQ = dZ' K + drel Er_L``,
+    ``dEr_L = sum_b drel^T Q`` (H, L, Dh), ``dE_r[:, d] = sum of dEr_L[:, r]`` over the
+    columns r with row d (scatter-add);
+    gather form: ``dRel = scatter(dZ', idx)`` (B, H, T, k+1), ``dQ = dZ' K + dRel E_r``,
+    ``dE_r = sum_b dRel^T Q``.
 
-    Returns ``(dQ, dK, dV, dE_r)``.
+    Returns ``(dQ, dK, dE_r)``.
     """
-    Q, K, V, E_r, Er_L, rows, idx, sm_cache, A_drop, drop_cache, scale = cache
+    Q, K, E_r, Er_L, rows, idx, scale = cache
     k1 = E_r.shape[-2]
-    dA_drop = dO @ V.swapaxes(-1, -2)  # (B, H, T, S)
-    dV = A_drop.swapaxes(-1, -2) @ dO  # (B, H, S, Dv)
-    dZ = softmax_backward(dropout_backward(dA_drop, drop_cache), sm_cache)
-    dZ *= scale
+    dZ = dZ * scale
     dK = dZ.swapaxes(-1, -2) @ Q  # (B, H, S, Dh)
     if idx is not None:  # the gather form
         dRel = scatter_relative(dZ, idx, k1)  # (B, H, T, k+1)
         dQ = dZ @ K + dRel @ E_r  # (B, H, T, Dh)
-        return dQ, dK, dV, (dRel.swapaxes(-1, -2) @ Q).sum(axis=0)  # (H, k+1, Dh)
+        return dQ, dK, (dRel.swapaxes(-1, -2) @ Q).sum(axis=0)  # (H, k+1, Dh)
     drel = skew_backward(dZ)  # (B, H, L, L)
     dQ = dZ @ K + drel @ Er_L  # (B, H, L, Dh)
     dEr_L = (drel.swapaxes(-1, -2) @ Q).sum(axis=0)  # (H, L, Dh)
     H, L, Dh = dEr_L.shape
     dE_r = xp.zeros((k1, H * Dh), dtype=dEr_L.dtype)
-    backend.scatter_add(dE_r, rows, xp.ascontiguousarray(dEr_L.transpose(1, 0, 2)).reshape(L, -1))
-    return dQ, dK, dV, dE_r.reshape(k1, H, Dh).transpose(1, 0, 2)  # (H, k+1, Dh)
+    device.scatter_add(dE_r, rows, xp.ascontiguousarray(dEr_L.transpose(1, 0, 2)).reshape(L, -1))
+    return dQ, dK, dE_r.reshape(k1, H, Dh).transpose(1, 0, 2)  # (H, k+1, Dh)
 
 
 __all__ = [
-    "ShawAttentionCache",
-    "SkewAttentionCache",
+    "ShawLogitsCache",
+    "ShawValuesCache",
+    "SkewLogitsCache",
     "distance_index",
     "gather_relative",
     "relative_index",
     "scatter_relative",
-    "shaw_attention_backward",
-    "shaw_attention_forward",
-    "skew_attention_backward",
-    "skew_attention_forward",
+    "shaw_logits_backward",
+    "shaw_logits_forward",
+    "shaw_values_backward",
+    "shaw_values_forward",
     "skew_backward",
     "skew_forward",
+    "skew_logits_backward",
+    "skew_logits_forward",
     "skew_table",
 ]

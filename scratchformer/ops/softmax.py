@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer import backend
+from scratchformer import device
 from scratchformer.backend import xp
 
 
@@ -30,37 +30,8 @@ def softmax_forward(x, mask=None):
     e = xp.exp(x - m)
     s = e.sum(axis=-1, keepdims=True)  # (..., 1)
     s = xp.where(s == 0, 1.0, s)
-    e *= 1.0 / s  # one reciprocal per row, as softmax_ (which is then bitwise equal)
+    e *= 1.0 / s  # one reciprocal per row, then a product per entry
     return e, SoftmaxCache(e)
-
-
-def softmax_(x, mask=None):
-    """``softmax_forward`` computed in place in ``x`` (scores the caller owns and will not
-    read again): no temporary of x's size. The same operations in the same order, so the
-    result is bitwise equal to ``softmax_forward``'s. Returns ``(P, m, s)``: P is x's buffer, ``m``
-    (..., 1) the row max used (0 for a row with nothing unmasked) and ``s`` (..., 1) the
-    row sum of ``exp(x - m)`` (1 for such a row), so ``log-sum-exp = m + log(s)``.
-    """
-    if mask is not None:
-        xp.copyto(x, -xp.inf, where=xp.logical_not(mask))
-    m = x.max(axis=-1, keepdims=True)  # (..., 1)
-    if mask is not None:
-        m[xp.isneginf(m)] = 0.0
-    x -= m
-    xp.exp(x, out=x)
-    s = x.sum(axis=-1, keepdims=True)  # (..., 1)
-    if mask is not None:
-        s[s == 0] = 1.0
-    x *= 1.0 / s
-    return x, m, s
-
-
-def softmax_backward_(dP, P):
-    """``softmax_backward`` written over ``dP`` (owned by the caller): returns
-    ``P * (dP - sum(dP * P, -1))`` in dP's buffer, bitwise equal to ``softmax_backward``."""
-    dP -= backend.rowdot(dP, P)[..., None]  # no (..., K) temporary
-    dP *= P
-    return dP
 
 
 def softmax_backward(dout, cache: SoftmaxCache):
@@ -69,7 +40,7 @@ def softmax_backward(dout, cache: SoftmaxCache):
     Masked entries have P = 0 and so get zero gradient.
     """
     P = cache.P
-    return (dout - backend.rowdot(dout, P)[..., None]) * P
+    return (dout - device.rowdot(dout, P)[..., None]) * P
 
 
 class LogSoftmaxCache(NamedTuple):

@@ -48,7 +48,7 @@ from pathlib import Path
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from scratchformer import backend, compat, distributed
+from scratchformer import backend, compat, device, distributed
 from scratchformer.checkpoint import (
     CheckpointError,
     checkpoint_name,
@@ -276,7 +276,7 @@ class Trainer:
         s = self.step + 1
         batches = [self.next_batch() for _ in range(cfg.train.accum_steps)]
         r = self.world.rank
-        rngs = [backend.rng(dropout_seed(cfg.seed, s, i, r)) for i in range(len(batches))]
+        rngs = [device.generator(dropout_seed(cfg.seed, s, i, r)) for i in range(len(batches))]
         loss, nll, _, tokens = accumulate_gradients(self.model, batches, rngs, self.world)
         if not math.isfinite(loss):
             self._diverged(s, f"the training loss is {loss}")

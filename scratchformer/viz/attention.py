@@ -52,7 +52,7 @@ def attention_maps(model, src_ids, tgt_in_ids) -> AttentionMaps:
 
     ``src_ids`` (S,) and ``tgt_in_ids`` (T,) are sequences of ids, ``tgt_in`` starting with
     <bos>. The weights are the softmax outputs kept in the backward caches
-    (``cache.encoder.layers[i].self_attn.sublayer.attn.softmax.P``).
+    (the attention core's ``softmax.P`` in ``cache.encoder.layers[i].self_attn.sublayer.attn``).
     """
     np = backend.np
     src = backend.asarray(np.asarray(src_ids, dtype=np.int64)[None, :])  # (1, S)
@@ -60,7 +60,10 @@ def attention_maps(model, src_ids, tgt_in_ids) -> AttentionMaps:
     _, cache = model.forward(src, tgt)
 
     def weights(sub):
-        return backend.asnumpy(sub.sublayer.attn.softmax.P)[0].astype(np.float64)  # (H, ., .)
+        core = getattr(sub.sublayer.attn, "core", None)  # dense and logits variants have one
+        if core is None:
+            raise PlotError("attention maps are drawn for dense and relative attention only")
+        return backend.asnumpy(core.softmax.P)[0].astype(np.float64)  # (H, ., .)
 
     return AttentionMaps(
         encoder=[weights(c.self_attn) for c in cache.encoder.layers],

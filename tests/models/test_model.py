@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from scratchformer import backend as B
+from scratchformer import device
 from scratchformer.models import PRESETS, Transformer, TransformerConfig
 from scratchformer.ops import cross_entropy_backward
 
@@ -198,7 +199,7 @@ def test_float32_model_stays_float32(norm):
     src, tgt_in, tgt_out = batch()
     logits, _ = m.forward(src, tgt_in)
     assert logits.dtype == np.float32
-    loss, cache = m.loss_forward(src, tgt_in, tgt_out, rng=B.rng(0))
+    loss, cache = m.loss_forward(src, tgt_in, tgt_out, rng=device.generator(0))
     assert loss.dtype == np.float32
     assert cross_entropy_backward(1.0, cache.loss).dtype == np.float32
     m.loss_backward(cache)
@@ -237,6 +238,8 @@ def test_evaluation_is_deterministic_and_dropout_needs_a_generator():
     src, tgt_in, _ = batch()
     a = B.asnumpy(m.forward(src, tgt_in)[0])
     np.testing.assert_array_equal(B.asnumpy(m.forward(src, tgt_in)[0]), a)
-    train = B.asnumpy(m.forward(src, tgt_in, rng=B.rng(0))[0])
+    train = B.asnumpy(m.forward(src, tgt_in, rng=device.generator(0))[0])
     assert not np.allclose(train, a)
-    np.testing.assert_array_equal(B.asnumpy(m.forward(src, tgt_in, rng=B.rng(0))[0]), train)
+    np.testing.assert_array_equal(
+        B.asnumpy(m.forward(src, tgt_in, rng=device.generator(0))[0]), train
+    )

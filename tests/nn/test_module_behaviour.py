@@ -7,8 +7,10 @@ import math
 
 import numpy as np
 import pytest
+from arrays import randn
 
 from scratchformer import backend as B
+from scratchformer import device
 from scratchformer.gradcheck import check_module
 from scratchformer.nn import (
     Dropout,
@@ -23,10 +25,6 @@ from scratchformer.nn import (
 from scratchformer.ops import attention_forward, sinusoidal_table
 
 pytestmark = pytest.mark.usefixtures("backend")
-
-
-def randn(seed, *shape):
-    return B.asarray(np.random.default_rng(seed).standard_normal(shape))
 
 
 def host(x):
@@ -65,7 +63,7 @@ def test_shared_dropout_object_uses_each_calls_own_mask():
     With masks in caches the module passes the float64 check with dropout on."""
     m = TwoLayersOneDropout()
     x = randn(0, 3, 4, 6)
-    _, (_, d1, _, d2) = m.forward(x, B.rng(5))
+    _, (_, d1, _, d2) = m.forward(x, device.generator(5))
     assert not np.array_equal(host(d1.mask), host(d2.mask)), "the setup needs two masks"
     report = check_module(m, x, rng=5)
     assert report.passed, report.table()

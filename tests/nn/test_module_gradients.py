@@ -12,11 +12,12 @@ Dh d_k, Dv d_v, F d_ff, V vocabulary, L max_len.
 
 import numpy as np
 import pytest
+from arrays import randn
 
 from scratchformer import backend as B
 from scratchformer.gradcheck import check_module
 from scratchformer.models import TransformerConfig
-from scratchformer.models.transformer import decoder_self_mask, padding_mask
+from scratchformer.models.transformer import padding_mask
 from scratchformer.nn import (
     AddNorm,
     Decoder,
@@ -32,16 +33,13 @@ from scratchformer.nn import (
     PositionalEncoding,
     PositionwiseFeedForward,
 )
+from scratchformer.ops.attention import causal_mask
 
 pytestmark = pytest.mark.usefixtures("backend")
 
 TOL = 1e-6
 Bsz, S, T, D, H, DK, DV, F, V, L = 2, 7, 4, 12, 3, 5, 3, 20, 11, 16
 PAD = 0
-
-
-def randn(seed, *shape, scale=1.0):
-    return B.asarray(scale * np.random.default_rng(seed).standard_normal(shape))
 
 
 def unit_scale(module, seed=100):
@@ -207,10 +205,28 @@ class SelfAttention(Module):
 
 
 def test_multi_head_self_attention_causal():
-    """Masked self-attention (causal and padding), d_k = 5, d_v = 3 given explicitly."""
+    """Masked self-attention (a causal and padding mask given), d_k = 5, d_v = 3."""
     m = unit_scale(SelfAttention())
-    mask = decoder_self_mask(tgt_ids(), PAD)
+    mask = causal_mask(T)[None, None] & padding_mask(tgt_ids(), PAD)
     assert_passed(check_module(m, randn(0, Bsz, T, D), mask, rng=2), m, ["x"])
+
+
+def test_causal_attention_adds_the_causal_mask_itself():
+    """A causal module given the padding mask alone computes what a plain module does
+    given the causal and padding mask, forward and backward, bit for bit."""
+    plain, causal = SelfAttention(), SelfAttention()
+    causal.attn.causal = True
+    unit_scale(plain)
+    unit_scale(causal)
+    x, dy = randn(0, Bsz, T, D), randn(1, Bsz, T, D)
+    pad = padding_mask(tgt_ids(), PAD)
+    y1, c1 = plain.forward(x, causal_mask(T)[None, None] & pad, B.host_rng(3))
+    y2, c2 = causal.forward(x, pad, B.host_rng(3))
+    np.testing.assert_array_equal(B.asnumpy(y1), B.asnumpy(y2))
+    dx1, dx2 = plain.backward(dy, c1), causal.backward(dy, c2)
+    np.testing.assert_array_equal(B.asnumpy(dx1), B.asnumpy(dx2))
+    for name, g in plain.gradients().items():
+        np.testing.assert_array_equal(B.asnumpy(g), B.asnumpy(causal.gradients()[name]))
 
 
 def test_multi_head_self_attention_padding():
@@ -243,7 +259,7 @@ def test_decoder_layer(norm):
     """DecoderLayer: masked self-attention, cross-attention (S != T), FFN; dy and dmemory."""
     m = unit_scale(DecoderLayer(cfg(norm, activation="gelu"), B.host_rng(0)))
     y, memory = randn(0, Bsz, T, D), randn(1, Bsz, S, D)
-    self_mask = decoder_self_mask(tgt_ids(), PAD)
+    self_mask = padding_mask(tgt_ids(), PAD)  # the layer's self-attention is causal
     cross_mask = padding_mask(src_ids(), PAD)
     report = check_module(m, y, memory, self_mask, cross_mask, rng=3)
     assert_passed(report, m, ["y", "memory"])
@@ -270,7 +286,7 @@ def test_decoder_stack(norm, positions):
     """Decoder: 2 layers, every layer's cross-attention adding into dmemory."""
     m = unit_scale(Decoder(cfg(norm, positions), 2, B.host_rng(0)))
     y, memory = randn(0, Bsz, T, D), randn(1, Bsz, S, D)
-    self_mask = decoder_self_mask(tgt_ids(), PAD)
+    self_mask = padding_mask(tgt_ids(), PAD)  # the layers' self-attention is causal
     cross_mask = padding_mask(src_ids(), PAD)
     report = check_module(m, y, memory, self_mask, cross_mask, rng=4, max_entries=40)
     assert_passed(report, m, ["y", "memory"])

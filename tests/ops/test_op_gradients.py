@@ -4,19 +4,21 @@ Each op is checked through ``L = sum(out * dout)`` with a random ``dout`` by
 ``scratchformer.gradcheck.check_op``: relative error below 1e-6 on every checked input,
 and every expected input name present in the report (a row that is silently missing
 would let a wrong gradient through). Shapes are non-degenerate: B > 1, H > 1, T != Dh,
-S != T, unit-scale random inputs.
+S != T, unit-scale random inputs. An op with implementations registered in the kernel
+seam beside its reference is checked once per implementation (``implementations``):
+the finite differences judge every one of them, not only the reference.
 
 Dimension key: B batch, H heads, T queries, S keys, Dh d_k, Dv d_v, D features, V vocab.
 """
 
 import numpy as np
 import pytest
+from arrays import randn
 
 from scratchformer import backend as B
+from scratchformer import kernels
 from scratchformer.gradcheck import check_op
 from scratchformer.ops import (
-    attention_backward,
-    attention_forward,
     causal_mask,
     cross_entropy_backward,
     cross_entropy_forward,
@@ -36,8 +38,6 @@ from scratchformer.ops import (
     log_softmax_forward,
     positional_backward,
     positional_forward,
-    relu_backward,
-    relu_forward,
     sinusoidal_table,
     softmax_backward,
     softmax_forward,
@@ -48,9 +48,16 @@ pytestmark = pytest.mark.usefixtures("backend")
 TOL = 1e-6
 
 
-def randn(seed, *shape):
-    """Unit-scale float64 normal entries on the active backend."""
-    return B.asarray(np.random.default_rng(seed).standard_normal(shape))
+def implementations(name):
+    """Every implementation of the op ``name`` in the kernel seam, the reference first."""
+    return [pytest.param(impl, id=impl.name) for impl in kernels.table(name).implementations()]
+
+
+def runs_here(impl):
+    """The implementation, or a skip where it does not run on the active backend."""
+    if B.backend_name() not in impl.backends:
+        pytest.skip(f"{impl.name} does not run on {B.backend_name()}")
+    return impl.forward, impl.backward
 
 
 def assert_passed(report, *names):
@@ -146,11 +153,12 @@ def test_layernorm():
 
 
 # -- activations --------------------------------------------------------------------------
-def test_relu_away_from_zero():
+@pytest.mark.parametrize("impl", implementations("relu"))
+def test_relu_away_from_zero(impl):
     """dx = dout * [x > 0], on inputs kept at least 0.1 away from the kink."""
     r = np.random.default_rng(0)
     x = r.uniform(0.1, 2.0, (3, 4, 5)) * r.choice([-1.0, 1.0], (3, 4, 5))
-    assert_passed(check_op(relu_forward, relu_backward, B.asarray(x)), "x")
+    assert_passed(check_op(*runs_here(impl), B.asarray(x)), "x")
 
 
 def test_gelu():
@@ -184,41 +192,55 @@ def qkv(T=3, S=7, Dh=5, Dv=4, Bsz=2, H=3):
     return randn(10, Bsz, H, T, Dh), randn(11, Bsz, H, S, Dh), randn(12, Bsz, H, S, Dv)
 
 
-def test_attention_with_padding_mask():
+@pytest.mark.parametrize("impl", implementations("attention"))
+def test_attention_with_padding_mask(impl):
     """dQ, dK, dV of scaled dot-product attention with source padding (B, 1, 1, S)."""
     Q, K, V = qkv()
     mask = np.ones((2, 1, 1, 7), dtype=bool)
     mask[1, ..., 5:] = False
-    report = check_op(attention_forward, attention_backward, Q, K, V, B.asarray(mask))
+    report = check_op(*runs_here(impl), Q, K, V, B.asarray(mask))
     assert_passed(report, "Q", "K", "V")
 
 
-def test_attention_with_causal_mask():
+@pytest.mark.parametrize("impl", implementations("attention"))
+def test_attention_with_causal_mask(impl):
     """dQ, dK, dV with a causal mask (self-attention, T = S = 6, Dh = 4)."""
     Q, K, V = qkv(T=6, S=6, Dh=4, Dv=5)
     mask = causal_mask(6)[None, None]
-    report = check_op(attention_forward, attention_backward, Q, K, V, mask)
+    report = check_op(*runs_here(impl), Q, K, V, mask)
     assert_passed(report, "Q", "K", "V")
 
 
-def test_attention_with_fully_masked_query_row():
+@pytest.mark.parametrize("impl", implementations("attention"))
+def test_attention_with_fully_masked_query_row(impl):
     """A query with no visible key outputs zeros and gets zero dQ; the rest is unaffected."""
     Q, K, V = qkv()
     mask = np.ones((2, 1, 3, 7), dtype=bool)
     mask[0, 0, 1, :] = False
-    report = check_op(attention_forward, attention_backward, Q, K, V, B.asarray(mask))
+    report = check_op(*runs_here(impl), Q, K, V, B.asarray(mask))
     assert_passed(report, "Q", "K", "V")
 
 
-def test_attention_dropout_replayed():
+@pytest.mark.parametrize("impl", implementations("attention"))
+def test_attention_dropout_replayed(impl):
     """With dropout on the attention weights, dV uses the dropped weights, dA the mask."""
     Q, K, V = qkv()
     mask = np.ones((2, 1, 1, 7), dtype=bool)
     mask[0, ..., 6:] = False
-    report = check_op(
-        attention_forward, attention_backward, Q, K, V, B.asarray(mask), p_drop=0.3, rng=5
-    )
+    report = check_op(*runs_here(impl), Q, K, V, B.asarray(mask), p_drop=0.3, rng=5)
     assert_passed(report, "Q", "K", "V")
+
+
+@pytest.mark.parametrize("impl", implementations("attention_core"))
+@pytest.mark.parametrize("p_drop", [0.0, 0.3])
+def test_attention_core_with_a_fully_masked_row(impl, p_drop):
+    """dZ and dV of the core alone: softmax over masked logits, dropout, product with V."""
+    mask = np.ones((2, 1, 3, 7), dtype=bool)
+    mask[1, 0, 2, :] = False  # a query that sees nothing
+    mask[0, ..., 5:] = False
+    Z, V = randn(20, 2, 3, 3, 7), randn(21, 2, 3, 7, 4)
+    report = check_op(*runs_here(impl), Z, V, B.asarray(mask), p_drop=p_drop, rng=5)
+    assert_passed(report, "Z", "V")
 
 
 # -- losses -------------------------------------------------------------------------------
@@ -242,13 +264,12 @@ def test_label_smoothed_nll_on_log_probs(eps):
     assert_passed(report, "lprobs")
 
 
+@pytest.mark.parametrize("impl", implementations("cross_entropy"))
 @pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_cross_entropy_fused(eps):
+def test_cross_entropy_fused(eps, impl):
     """d(loss)/d(logits) = (softmax - q) * keep / n_tokens, with padding."""
     logits = randn(0, 3, 4, 7) * 2.0
-    report = check_op(
-        cross_entropy_forward, cross_entropy_backward, logits, targets_with_padding(), eps, 0
-    )
+    report = check_op(*runs_here(impl), logits, targets_with_padding(), eps, 0)
     assert_passed(report, "logits")
 
 

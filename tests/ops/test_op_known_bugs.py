@@ -10,8 +10,10 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from arrays import randn
 
 from scratchformer import backend as B
+from scratchformer import device
 from scratchformer.gradcheck import check_op, numeric_gradient, rel_error
 from scratchformer.ops import (
     attention_backward,
@@ -28,10 +30,6 @@ from scratchformer.ops import (
 )
 
 pytestmark = pytest.mark.usefixtures("backend")
-
-
-def randn(seed, *shape):
-    return B.asarray(np.random.default_rng(seed).standard_normal(shape))
 
 
 def numeric(f, x):
@@ -144,7 +142,7 @@ def test_transposed_dK_is_detected_by_this_setup():
     _, dK, _ = attention_backward(dO, cache)
     # replay the backward up to dZ, then form the buggy (transposed) dK
     dA = dO @ V.swapaxes(-1, -2)  # (B, H, T, S)
-    dZ = softmax_backward(dA, cache.softmax) * cache.scale  # (B, H, T, S)
+    dZ = softmax_backward(dA, cache.core.softmax) * cache.logits.scale  # (B, H, T, S)
     dK_transposed = Q.swapaxes(-1, -2) @ dZ  # (B, H, Dh, S): Q^T dZ
     assert dK_transposed.shape == K.shape
     nK = numeric(lambda: float((attention_forward(Q, K, V, mask)[0] * dO).sum()), K)
@@ -156,10 +154,10 @@ def test_transposed_dK_is_detected_by_this_setup():
 def test_attention_dV_uses_post_dropout_weights():
     """Bug (e): dV used A^T dO (before dropout); it must be A_drop^T dO."""
     Q, K, V, mask, dO = attention_setup()
-    _, cache = attention_forward(Q, K, V, mask, p_drop=0.5, rng=B.rng(4))
+    _, cache = attention_forward(Q, K, V, mask, p_drop=0.5, rng=device.generator(4))
     _, _, dV = attention_backward(dO, cache)
-    A = cache.softmax.P  # (B, H, T, S), before dropout
-    A_drop = cache.A_drop  # after dropout
+    A = cache.core.softmax.P  # (B, H, T, S), before dropout
+    A_drop = cache.core.A_drop  # after dropout
     assert not np.allclose(B.asnumpy(A), B.asnumpy(A_drop))
     np.testing.assert_allclose(
         B.asnumpy(dV), B.asnumpy(A_drop.swapaxes(-1, -2) @ dO), rtol=1e-12, atol=1e-14

@@ -11,8 +11,10 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from arrays import randn
 
 from scratchformer import backend as B
+from scratchformer import device
 from scratchformer.gradcheck import check_model, check_op, rel_error
 from scratchformer.models import Transformer, TransformerConfig
 from scratchformer.ops import attention_backward, attention_forward, causal_mask
@@ -25,10 +27,6 @@ from scratchformer.ops.blockwise_attention import (
 pytestmark = pytest.mark.usefixtures("backend")
 
 Bsz, H, T, S, DH, DV = 2, 3, 13, 11, 5, 4
-
-
-def randn(seed, *shape):
-    return B.asarray(np.random.default_rng(seed).standard_normal(shape))
 
 
 def masks():
@@ -103,14 +101,12 @@ def test_blockwise_finite_differences_with_dropout(name):
     assert [r.name for r in report.rows] == ["Q", "K", "V"]
 
 
-def test_bad_block_and_dropout_are_errors():
-    Q = randn(0, 1, 1, 3, 2)
-    with pytest.raises(ValueError, match="block"):
-        blockwise_attention_forward(Q, Q, Q, None, 0)
-    with pytest.raises(ValueError, match="dropout"):
-        blockwise_attention_forward(Q, Q, Q, None, 2, p_drop=1.0)
+def test_a_bad_block_is_refused_where_it_enters():
+    """The block size and the dropout probability are checked by the config, once."""
     with pytest.raises(ValueError, match="attention_block"):
         TransformerConfig.preset("tiny", vocab_size=20, attention_block=0)
+    with pytest.raises(ValueError, match="P_drop_attn"):
+        TransformerConfig.preset("tiny", vocab_size=20, P_drop_attn=1.0)
 
 
 def _batch(vocab, seed=0):
@@ -133,7 +129,7 @@ def test_model_with_attention_block_equals_dense_model(f64, norm):
         cfg = TransformerConfig.preset("tiny", vocab_size=23, norm=norm, attention_block=block)
         m = Transformer(cfg)
         m.zero_grad()
-        loss, cache = m.loss_forward(*batch, rng=B.rng(4))
+        loss, cache = m.loss_forward(*batch, rng=device.generator(4))
         m.loss_backward(cache)
         grads[block] = (float(loss), {k: B.asnumpy(g).copy() for k, g in m.gradients().items()})
     assert grads[3][0] == pytest.approx(grads[None][0], rel=1e-12)

@@ -92,16 +92,32 @@ def test_a_block_as_long_as_the_sequence_is_causal_attention(f64):
     np.testing.assert_allclose(B.asnumpy(local), B.asnumpy(dense), atol=1e-12)
 
 
-def test_a_causal_mask_is_read_as_key_padding(f64):
-    """The decoder's (B, 1, T, T) causal & padding mask gives the same output as its
-    (B, 1, 1, T) padding part: local attention builds the causal band itself."""
+def test_a_mask_with_a_query_axis_is_refused_in_one_line(f64):
+    """Local attention reads key padding (B, 1, 1, L) only: it builds the causal band
+    itself, so a (B, 1, T, T) mask is an error that says so, not a silent misreading."""
     r = np.random.default_rng(3)
     L, M = 7, 3
-    Q, K, V = rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dv)
-    pad = padded_keys(L, 5)
-    a, _ = local_attention_forward(Q, K, V, M, pad)
-    b, _ = local_attention_forward(Q, K, V, M, causal_mask(L)[None, None] & pad)
-    np.testing.assert_allclose(B.asnumpy(a), B.asnumpy(b), atol=0)
+    Q = rand(r, Bn, H, L, Dh)
+    with pytest.raises(ValueError, match="key-padding mask .* builds its causal band itself"):
+        local_attention_forward(Q, Q, Q, M, causal_mask(L)[None, None] & padded_keys(L, 5))
+
+
+@pytest.mark.parametrize("T, offset", [(1, 6), (2, 5), (4, 3), (3, 0)])
+def test_the_band_form_at_an_offset_equals_the_rows_of_the_whole(f64, T, offset):
+    """Queries at positions offset .. offset+T-1 over the keys 0 .. offset+T-1 (decoding)
+    give the same outputs and gradients as those rows of the blocked whole sequence."""
+    r = np.random.default_rng(5)
+    S, M = offset + T, 3
+    Q, K, V = rand(r, Bn, H, S, Dh), rand(r, Bn, H, S, Dh), rand(r, Bn, H, S, Dv)
+    pad = padded_keys(S, max(1, S - 1))
+    whole, _ = local_attention_forward(Q, K, V, M, pad)
+    tail, _ = local_attention_forward(Q[..., offset:, :], K, V, M, pad, offset=offset)
+    np.testing.assert_allclose(B.asnumpy(tail), B.asnumpy(whole[..., offset:, :]), atol=1e-12)
+    rep = check_op(
+        local_attention_forward, local_attention_backward,
+        Q[..., offset:, :], K, V, block=M, mask=pad, p_drop=0.2, rng=4, offset=offset,
+    )  # fmt: skip
+    assert rep.passed, "\n" + rep.table()
 
 
 def test_scores_hold_L_times_2M_entries_not_L_squared(f64):
@@ -110,5 +126,5 @@ def test_scores_hold_L_times_2M_entries_not_L_squared(f64):
     L, M = 64, 8
     Q = rand(r, 1, 1, L, Dh)
     _, cache = local_attention_forward(Q, Q, Q, M, None)
-    assert cache.softmax.P.size == L * 2 * M
-    assert cache.A_drop.size == L * 2 * M
+    assert cache.attention.core.softmax.P.size == L * 2 * M
+    assert cache.attention.core.A_drop.size == L * 2 * M

@@ -15,15 +15,16 @@ import pytest
 
 from scratchformer import backend as B
 from scratchformer.gradcheck import check_op
+from scratchformer.nn import RelativeMultiHeadAttention, SkewMultiHeadAttention
 from scratchformer.ops.attention import attention_forward, causal_mask
 from scratchformer.ops.relative_attention import (
     gather_relative,
     relative_index,
     scatter_relative,
-    shaw_attention_backward,
-    shaw_attention_forward,
-    skew_attention_backward,
-    skew_attention_forward,
+    shaw_logits_backward,
+    shaw_logits_forward,
+    shaw_values_backward,
+    shaw_values_forward,
     skew_backward,
     skew_forward,
     skew_table,
@@ -42,6 +43,46 @@ def assert_passes(report):
     assert report.passed, "\n" + report.table()
 
 
+def shaw_module(k, causal=False):
+    """Shaw attention with H heads of Dh (values Dv); only its ``attend`` is used."""
+    return RelativeMultiHeadAttention(
+        H * Dh, H, d_k=Dh, d_v=Dv, causal=causal, max_relative_position=k
+    )
+
+
+def shaw(Q, K, V, E_k, E_v, mask=None, p_drop=0.0, rng=None, offset=0):
+    """The module's per-head attention (logits, the core, the value term) as an op pair
+    with its relative embeddings as inputs: ``shaw`` and ``shaw_backward``."""
+    m = shaw_module((E_k.shape[0] - 1) // 2)
+    m.params.update(E_k=E_k, E_v=E_v)
+    m.P_drop_attn = p_drop
+    O, cache = m.attend(Q, K, V, mask, rng, offset)
+    return O, (m, cache)
+
+
+def shaw_backward(dO, cache):
+    m, c = cache
+    m.zero_grad()
+    dQ, dK, dV = m.attend_backward(dO, c)
+    return dQ, dK, dV, m.grads["E_k"], m.grads["E_v"]
+
+
+def skew(Q, K, V, E_r, mask=None, p_drop=0.0, rng=None, offset=0):
+    """The Music Transformer module's per-head attention as an op pair (it is causal:
+    it adds the causal mask of positions ``offset ..`` to ``mask``)."""
+    m = SkewMultiHeadAttention(H * Dh, H, d_k=Dh, d_v=Dv, max_relative_position=E_r.shape[1] - 1)
+    m.params.update(E_r=E_r)
+    m.P_drop_attn = p_drop
+    O, cache = m.attend(Q, K, V, mask, rng, offset)
+    return O, (m, cache)
+
+
+def skew_backward_pair(dO, cache):
+    m, c = cache
+    m.zero_grad()
+    return (*m.attend_backward(dO, c), m.grads["E_r"])
+
+
 @pytest.mark.parametrize("offset", [0, 3])
 @pytest.mark.parametrize("p_drop", [0.0, 0.2])
 def test_shaw_gradients_of_every_input_and_embedding(f64, offset, p_drop):
@@ -51,8 +92,8 @@ def test_shaw_gradients_of_every_input_and_embedding(f64, offset, p_drop):
     T, S, k = 5, 7, 2
     mask = B.asarray(r.random((Bn, 1, T, S)) > 0.3)
     rep = check_op(
-        shaw_attention_forward,
-        shaw_attention_backward,
+        shaw,
+        shaw_backward,
         rand(r, Bn, H, T, Dh),
         rand(r, Bn, H, S, Dh),
         rand(r, Bn, H, S, Dv),
@@ -67,43 +108,46 @@ def test_shaw_gradients_of_every_input_and_embedding(f64, offset, p_drop):
     assert [row.name for row in rep.rows] == ["Q", "K", "V", "E_k", "E_v"]
 
 
-def test_shaw_without_value_embeddings(f64):
-    """E_v = None: the key term only; four gradients, E_v's is None."""
+@pytest.mark.parametrize("offset", [0, 2])
+def test_shaw_logits_and_value_term_each_against_finite_differences(f64, offset):
+    """The two pairs a Shaw variant adds to the core, each on its own: the logits
+    (dQ, dK, dE_k) and the value term (dA', dE_v), with clipped distances (k = 2)."""
     r = np.random.default_rng(1)
-    T = 6
-    Q, K, V, E_k = (
-        rand(r, Bn, H, T, Dh),
-        rand(r, Bn, H, T, Dh),
-        rand(r, Bn, H, T, Dv),
-        rand(r, 7, Dh),
-    )
-    out, cache = shaw_attention_forward(Q, K, V, E_k, None, causal_mask(T))
-    grads = shaw_attention_backward(rand(r, *out.shape), cache)
-    assert grads[-1] is None
-    rep = check_op(
-        lambda Q, K, V, E_k: shaw_attention_forward(Q, K, V, E_k, None, causal_mask(T)),
-        lambda d, c: shaw_attention_backward(d, c)[:4],
-        Q, K, V, E_k,
-    )  # fmt: skip
+    T, S, k = 5, 7, 2
+    Q, K, E_k = rand(r, Bn, H, T, Dh), rand(r, Bn, H, S, Dh), rand(r, 2 * k + 1, Dh)
+    rep = check_op(shaw_logits_forward, shaw_logits_backward, Q, K, E_k, offset)
     assert_passes(rep)
+    assert [row.name for row in rep.rows] == ["Q", "K", "E_k"]
+    O, A, E_v = rand(r, Bn, H, T, Dv), rand(r, Bn, H, T, S), rand(r, 2 * k + 1, Dv)
+    idx = relative_index(T, S, k, offset)
+
+    def values(O, A_drop, E_v):
+        return shaw_values_forward(O, A_drop, E_v, idx)
+
+    def values_backward(dout, cache):
+        dA, dE_v = shaw_values_backward(dout, cache)
+        return dout, dA, dE_v  # O enters the sum as itself
+
+    rep = check_op(values, values_backward, O, A, E_v)
+    assert_passes(rep)
+    assert [row.name for row in rep.rows] == ["O", "A_drop", "E_v"]
 
 
 @pytest.mark.parametrize("L, k", [(6, 2), (5, 8), (1, 1)])
 @pytest.mark.parametrize("p_drop", [0.0, 0.2])
 def test_skew_gradients_of_every_input_and_embedding(f64, L, k, p_drop):
-    """Q, K, V, E_r (H, k+1, Dh), causal mask with key padding; k below and above L."""
+    """Q, K, V, E_r (H, k+1, Dh), causal attention with key padding; k below and above L."""
     r = np.random.default_rng(2)
     keys = np.ones((Bn, L), bool)
     keys[1, L - 1 :] = L < 2  # the second row pads its last key (unless L == 1)
-    mask = B.asarray(causal_mask(L)[None, None] & B.asarray(keys)[:, None, None, :])
     rep = check_op(
-        skew_attention_forward,
-        skew_attention_backward,
+        skew,
+        skew_backward_pair,
         rand(r, Bn, H, L, Dh),
         rand(r, Bn, H, L, Dh),
         rand(r, Bn, H, L, Dv),
         rand(r, H, k + 1, Dh),
-        mask=mask,
+        mask=B.asarray(keys[:, None, None, :]),
         p_drop=p_drop,
         rng=5,
     )
@@ -115,18 +159,16 @@ def test_skew_gradients_of_every_input_and_embedding(f64, L, k, p_drop):
 def test_skew_gather_form_gradients(f64, T, S, offset, p_drop):
     """The decoding form (queries at positions ``offset ..`` over keys 0 .. S-1, relative
     logits by a gather): Q, K, V and E_r against finite differences, k=2 so distances
-    clip, the causal mask of those positions."""
+    clip, the causal mask of those positions added by the module."""
     r = np.random.default_rng(4)
     k = 2
-    mask = B.asarray(causal_mask(T, S, offset=offset)[None, None])
     rep = check_op(
-        skew_attention_forward,
-        skew_attention_backward,
+        skew,
+        skew_backward_pair,
         rand(r, Bn, H, T, Dh),
         rand(r, Bn, H, S, Dh),
         rand(r, Bn, H, S, Dv),
         rand(r, H, k + 1, Dh),
-        mask=mask,
         p_drop=p_drop,
         rng=5,
         offset=offset,
@@ -141,10 +183,8 @@ def test_skew_gather_form_equals_the_skew_form(f64):
     L, k, T = 7, 3, 2
     Q, K, V = rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dv)
     E_r = rand(r, H, k + 1, Dh)
-    whole, _ = skew_attention_forward(Q, K, V, E_r, causal_mask(L))
-    tail, _ = skew_attention_forward(
-        Q[..., L - T :, :], K, V, E_r, causal_mask(T, L, offset=L - T), offset=L - T
-    )
+    whole, _ = skew(Q, K, V, E_r)
+    tail, _ = skew(Q[..., L - T :, :], K, V, E_r, offset=L - T)
     np.testing.assert_allclose(B.asnumpy(tail), B.asnumpy(whole[..., L - T :, :]), rtol=1e-12)
 
 
@@ -238,12 +278,11 @@ def test_zero_relative_embeddings_give_plain_attention(f64):
     Q, K, V = rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dv)
     mask = causal_mask(L)
     plain, _ = attention_forward(Q, K, V, mask)
-    shaw, _ = shaw_attention_forward(
-        Q, K, V, B.asarray(np.zeros((2 * k + 1, Dh))), B.asarray(np.zeros((2 * k + 1, Dv))), mask
-    )
-    skew, _ = skew_attention_forward(Q, K, V, B.asarray(np.zeros((H, k + 1, Dh))), mask)
-    np.testing.assert_allclose(B.asnumpy(shaw), B.asnumpy(plain), atol=1e-12)
-    np.testing.assert_allclose(B.asnumpy(skew), B.asnumpy(plain), atol=1e-12)
+    zeros = B.asarray(np.zeros((2 * k + 1, Dh))), B.asarray(np.zeros((2 * k + 1, Dv)))
+    out_shaw, _ = shaw(Q, K, V, *zeros, mask)
+    out_skew, _ = skew(Q, K, V, B.asarray(np.zeros((H, k + 1, Dh))))
+    np.testing.assert_allclose(B.asnumpy(out_shaw), B.asnumpy(plain), atol=1e-12)
+    np.testing.assert_allclose(B.asnumpy(out_skew), B.asnumpy(plain), atol=1e-12)
 
 
 def test_shaw_distances_beyond_k_use_the_edge_embeddings(f64):
@@ -260,8 +299,8 @@ def test_shaw_distances_beyond_k_use_the_edge_embeddings(f64):
     # K = 0: the logits are the relative term alone, so keys in one edge bucket tie
     Q, K, V = rand(r, 1, 1, T, Dh), B.asarray(np.zeros((1, 1, S, Dh))), rand(r, 1, 1, S, Dv)
     E_k, E_v = rand(r, 2 * k + 1, Dh), rand(r, 2 * k + 1, Dv)
-    _, cache = shaw_attention_forward(Q, K, V, E_k, E_v)
-    A = B.asnumpy(cache.softmax.P)[0, 0]
+    _, (_, cache) = shaw(Q, K, V, E_k, E_v)
+    A = B.asnumpy(cache.core.softmax.P)[0, 0]
     for i in range(T):
         right = [j for j in range(S) if j - i >= k]
         left = [j for j in range(S) if i - j >= k]
@@ -269,7 +308,7 @@ def test_shaw_distances_beyond_k_use_the_edge_embeddings(f64):
             if len(side) > 1:
                 np.testing.assert_allclose(A[i, side], A[i, side[0]], rtol=1e-12)
     # the value term: every far key adds the same edge embedding E_v[2k] / E_v[0]
-    A_rel = B.asnumpy(cache.A_rel)[0, 0]  # (T, 2k+1)
+    A_rel = B.asnumpy(cache.values.A_rel)[0, 0]  # (T, 2k+1)
     for i in range(T):
         right = [j for j in range(S) if j - i >= k]
         np.testing.assert_allclose(A_rel[i, 2 * k], A[i, right].sum(), rtol=1e-12)
@@ -293,8 +332,8 @@ def test_skew_distances_beyond_k_use_row_k(f64):
     assert (np.abs(out1[..., i[~near], j[~near]] - out2[..., i[~near], j[~near]]) > 0).all()
 
 
-def test_skew_refuses_to_run_without_a_mask(f64):
-    r = np.random.default_rng(9)
-    Q = rand(r, 1, 1, 3, Dh)
-    with pytest.raises(ValueError, match="causal mask"):
-        skew_attention_forward(Q, Q, Q, rand(r, 1, 2, Dh), None)
+def test_skew_attention_refuses_to_be_non_causal(f64):
+    """Above the diagonal the skew leaves other rows' entries: only the causal mask makes
+    it right, so a non-causal (encoder) module is refused when it is made."""
+    with pytest.raises(ValueError, match="causal only"):
+        SkewMultiHeadAttention(H * Dh, H, d_k=Dh, causal=False)

@@ -4,7 +4,7 @@ the classifier), and a random tiny configuration per attention variant."""
 
 import copy
 
-from scratchformer import backend as B
+from scratchformer import device
 from scratchformer.backend import xp
 from scratchformer.gradcheck import check_gradients
 from scratchformer.models import TransformerConfig
@@ -28,7 +28,7 @@ def check_loss_model(model, *inputs, rng=None, max_entries=20, names=None, **los
     m = copy.deepcopy(model).astype(xp.float64)
 
     def fresh():
-        return B.rng(rng) if rng is not None else None
+        return device.generator(rng) if rng is not None else None
 
     loss, cache = m.loss_forward(*inputs, rng=fresh(), **loss_kw)
     m.zero_grad()

@@ -1,7 +1,7 @@
-"""Performance changes that must not change results: float32 stays float32 everywhere in
-a training step (no silent float64 upcast), the fused Q/K/V buffer keeps the documented
-parameters and survives every way arrays get replaced, and the in-place loss/backward
-paths equal the pure ops.
+"""Performance choices that must not change results: float32 stays float32 everywhere in
+a training step (no silent float64 upcast), the Q/K/V projections are the documented
+separate parameters and survive every way arrays get replaced (copies, pickles, float64),
+and the in-place loss and its one-backward cache equal the pure op.
 
 Dimension key: B batch, S source length, T target length, D d_model, V vocabulary.
 """
@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from scratchformer import backend as B
+from scratchformer import device
 from scratchformer.gradcheck import check_model, rel_error
 from scratchformer.models import Transformer, TransformerConfig
 from scratchformer.nn import MultiHeadAttention
@@ -63,7 +64,7 @@ def test_float32_training_step_makes_no_float64(norm, block):
     src, tgt_in, tgt_out = batch()
     for _ in range(2):
         m.zero_grad()
-        loss, cache = m.loss_forward(src, tgt_in, tgt_out, rng=B.rng(0))
+        loss, cache = m.loss_forward(src, tgt_in, tgt_out, rng=device.generator(0))
         found = dict(float_arrays(cache, "cache"))
         m.loss_backward(cache)
         opt.step(1e-3)
@@ -89,7 +90,7 @@ def test_qkv_parameters_are_separate_arrays_with_documented_names():
 
 def _loss_and_grads(m, seed=3):
     m.zero_grad()
-    loss, cache = m.loss_forward(*batch(), rng=B.rng(seed))
+    loss, cache = m.loss_forward(*batch(), rng=device.generator(seed))
     m.loss_backward(cache)
     return float(loss), {k: B.asnumpy(g).copy() for k, g in m.gradients().items()}
 
