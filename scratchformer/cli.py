@@ -36,6 +36,7 @@ COMMANDS = [
     "scratchformer.commands.plot",
     "scratchformer.commands.data",
     "scratchformer.commands.generate",
+    "scratchformer.commands.kernels",
 ]
 
 

@@ -1,0 +1,77 @@
+"""scratchformer kernels: the kernel seam's tables, and their parity check.
+
+scratchformer kernels                  every op's implementations, and which one runs
+scratchformer kernels --check          each registered implementation against its
+                                       reference on fresh random inputs (float32, float64)
+scratchformer kernels --check --all    the references against themselves too
+
+An op's table holds its readable reference (scratchformer/ops/) and the implementations
+registered beside it (faster NumPy forms, GPU kernels); the chosen one is what the
+models call. SCRATCHFORMER_KERNELS=reference in the environment forces the references
+everywhere. The check prints, per implementation and tensor, the largest relative
+error max|a - b| / max|b| over the cases, and exits 1 if one is above its limit
+(0 for an implementation that is bitwise equal by construction).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from scratchformer import backend, kernels
+from scratchformer.kernels import parity
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "kernels",
+        help="the kernel seam: each op's implementations, and their parity with the reference",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--check", action="store_true", help="run the parity harness")
+    p.add_argument("--all", action="store_true", help="with --check: the references too")
+    p.add_argument(
+        "--dtype", choices=["float32", "float64"], action="append", help="with --check (both)"
+    )
+    p.set_defaults(func=run)
+
+
+def _list() -> None:
+    forced = kernels.reference_forced()
+    print(f"kernel seam on {backend.backend_name()}; references forced everywhere: "
+          f"{'yes' if forced else 'no (SCRATCHFORMER_KERNELS=reference forces them)'}")  # fmt: skip
+    print(f"{'op':<20} {'implementation':<15} {'backends':<12} {'chosen':<7} note")
+    for name, table in kernels.TABLES.items():
+        chosen = table.chosen()
+        for i, impl in enumerate(table.implementations()):
+            note = impl.note if impl.proven else f"not yet run on a GPU: off; {impl.note}"
+            mark = "*" if impl is chosen else ""
+            print(
+                f"{name if i == 0 else '':<20} {impl.name:<15} {', '.join(impl.backends):<12} "
+                f"{mark:<7} {note}".rstrip()
+            )
+
+
+def _check(args) -> int:
+    dtypes = tuple(args.dtype or ("float32", "float64"))
+    rows = parity.check_all(kernels.TABLES, dtypes, every=args.all)
+    print(f"parity on {backend.backend_name()}: each implementation against its reference, "
+          "largest relative error max|a - b| / max|b| per tensor over the cases")  # fmt: skip
+    print(f"{'op':<20} {'implementation':<15} {'dtype':<8} {'tensor':<10} {'error':>9}  limit")
+    failed = 0
+    for op, impl, dtype, tensor, err, limit, ok in parity.summary(rows):
+        failed += not ok
+        bound = "0 (bitwise)" if limit == 0 else f"{limit:.0e}"
+        status = "ok" if ok else "FAIL"
+        print(f"{op:<20} {impl:<15} {dtype:<8} {tensor:<10} {err:>9.2e}  {bound:<12} {status}")
+    cases = len({(r.table, r.implementation, r.dtype, r.case) for r in rows})
+    verdict = "all within their limits" if not failed else f"{failed} above their limits"
+    print(f"{len(rows)} tensors of {cases} cases: {verdict}")
+    return 1 if failed else 0
+
+
+def run(args) -> int:
+    if args.check:
+        return _check(args)
+    _list()
+    return 0
