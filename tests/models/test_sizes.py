@@ -10,9 +10,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from scratchformer import backend
+from scratchformer import backend, device
 from scratchformer.models import PRESETS, TransformerConfig
-from scratchformer.models.config import ATTENTION_KINDS
 from scratchformer.models.sizes import (
     activation_bytes,
     build_model,
@@ -22,6 +21,7 @@ from scratchformer.models.sizes import (
     parameter_shapes,
     parameter_totals,
 )
+from scratchformer.nn import ATTENTION_VARIANTS
 from scratchformer.nn.module import Declared, shapes_only
 
 SPECS = {
@@ -38,8 +38,8 @@ def built_shapes(spec, config) -> dict:
 def variants():
     """Every attention variant, for each model class that takes it, and the options
     that change which parameters exist."""
-    for kind in ATTENTION_KINDS:
-        causal_only = kind in ("relative_skew", "local")
+    for kind, variant in sorted(ATTENTION_VARIANTS.items()):
+        causal_only = variant.causal_only
         extra = {"encoder_attention": "dense"} if causal_only else {}
         for name in SPECS:
             if name == "EncoderClassifier" and causal_only:
@@ -161,7 +161,7 @@ def test_the_activation_estimate_brackets_the_measured_peak(name, opts, B, L):
         "EncoderClassifier": (ids, rng.integers(0, 5, B)),
     }[name]
     tracemalloc.start()
-    loss, cache = model.loss_forward(*args, rng=backend.rng(0))
+    loss, cache = model.loss_forward(*args, rng=device.generator(0))
     model.loss_backward(cache)
     del cache
     peak = tracemalloc.get_traced_memory()[1]
