@@ -10,7 +10,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from scratchformer import backend, device
+from scratchformer import device
 from scratchformer.models import PRESETS, TransformerConfig
 from scratchformer.models.sizes import (
     activation_bytes,
