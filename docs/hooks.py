@@ -7,13 +7,15 @@
   Under that line the site shows each one's source, read from the file with ``ast`` at
   build time, with the file's own line numbers: the page cannot drift from the code, and
   a name that is no longer there stops the build.
-- **MathJax ships with the site.** MathJax 2.7 is copied from the jupyter-server-mathjax
-  wheel into ``site/mathjax/``, so the math renders offline, with no CDN.
+- **MathJax ships with the site.** MathJax 3's combined TeX component and its fonts are
+  copied from the django-static-mathjax wheel (MathJax's own files; Django is not needed)
+  into ``site/mathjax/``, so the math renders offline, from ``file://``, with no CDN.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import shutil
 import textwrap
@@ -145,14 +147,26 @@ def _method(path: str, tree, cls: ast.ClassDef, method: str):
     return None
 
 
+#: what the site needs of MathJax 3 (its ``es5`` build): the combined component (TeX
+#: input with every extension, CommonHTML output) and the fonts that output loads
+MATHJAX_FILES = ("tex-chtml-full.js", "output/chtml/fonts/woff-v2")
+
+
+def mathjax_dir() -> Path:
+    """MathJax 3's ``es5`` folder in the django-static-mathjax wheel (module ``mathjax``)."""
+    spec = importlib.util.find_spec("mathjax")
+    es5 = Path(spec.origin).parent / "static" / "mathjax" / "es5" if spec and spec.origin else None
+    if es5 is None or not (es5 / MATHJAX_FILES[0]).is_file():
+        raise PluginError("MathJax comes from django-static-mathjax: pip install -e '.[docs]'")
+    return es5
+
+
 def on_post_build(config):
-    """Copy MathJax 2.7 (the TeX input, the HTML-CSS output and its STIX web fonts) into
-    the site."""
-    try:
-        import jupyter_server_mathjax
-    except ImportError as e:
-        need = "MathJax comes from jupyter-server-mathjax: pip install -e '.[docs]'"
-        raise PluginError(need) from e
-    static = Path(jupyter_server_mathjax.__file__).parent / "static"
-    skip = shutil.ignore_patterns("localization", "SVG", "unpacked", "*.md")
-    shutil.copytree(static, Path(config["site_dir"]) / "mathjax", ignore=skip, dirs_exist_ok=True)
+    """Copy MathJax 3 (``MATHJAX_FILES``) into the site, as ``site/mathjax/``."""
+    es5, out = mathjax_dir(), Path(config["site_dir"]) / "mathjax"
+    for name in MATHJAX_FILES:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        if (es5 / name).is_dir():
+            shutil.copytree(es5 / name, out / name, dirs_exist_ok=True)
+        else:
+            shutil.copy2(es5 / name, out / name)

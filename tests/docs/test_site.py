@@ -91,7 +91,7 @@ def test_readme_links_work_on_the_site():
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """``mkdocs build --strict`` of this checkout into a temporary directory."""
-    for module in ("mkdocs", "material", "mkdocstrings_handlers.python", "jupyter_server_mathjax"):
+    for module in ("mkdocs", "material", "mkdocstrings_handlers.python", "mathjax"):
         pytest.importorskip(module, reason="the docs extra: pip install -e '.[docs]'")
     out = tmp_path_factory.mktemp("site")
     cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)]
@@ -103,32 +103,34 @@ def site(tmp_path_factory):
 
 class _Page(HTMLParser):
     """The text of a page, sorted by where it sits: in rendered math, in code, or plain;
-    and the counts of the math elements."""
-
-    MATH = ("MathJax", "MathJax_Display", "MathJax_Preview", "MJX_Assistive_MathML")
+    and the counts of the math elements: the formulas marked (``arithmatex``), those
+    MathJax 3 typeset (``mjx-container``, one per formula, inside its mark) and those it
+    could not (``mjx-merror``)."""
 
     def __init__(self):
         super().__init__()
         self.stack, self.plain, self.code = [], [], []
-        self.arithmatex = self.frames = self.scripts = self.errors = 0
-        self.in_script = False
+        self.arithmatex = self.frames = self.inside = self.errors = 0
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         classes = (a.get("class") or "").split()
         self.arithmatex += "arithmatex" in classes
-        self.frames += (a.get("id") or "").endswith("-Frame") and "MathJax" in classes
-        self.errors += "merror" in classes or "MathJax_Error" in classes
-        if tag == "script" and (a.get("type") or "").startswith("math/tex"):
-            self.scripts += 1
+        if tag == "mjx-container":
+            self.frames += 1
+            self.inside += any("arithmatex" in (c or "") for c, _ in self._marks())
+        self.errors += tag == "mjx-merror" or "data-mjx-error" in a
         if tag in VOID:
             return
         kind = None
-        if tag in ("script", "style", "svg") or any(c in self.MATH for c in classes):
+        if tag in ("script", "style", "svg") or tag.startswith("mjx-"):
             kind = "hidden"
         elif tag in ("pre", "code"):
             kind = "code"
-        self.stack.append((tag, kind))
+        self.stack.append((tag, kind, a.get("class")))
+
+    def _marks(self):
+        return [(cls, tag) for tag, _, cls in self.stack]
 
     def handle_endtag(self, tag):
         while self.stack:
@@ -136,7 +138,7 @@ class _Page(HTMLParser):
                 break
 
     def handle_data(self, data):
-        kinds = {k for _, k in self.stack}
+        kinds = {k for _, k, _ in self.stack}
         if "hidden" in kinds:
             return
         (self.code if "code" in kinds else self.plain).append(data)
@@ -167,8 +169,8 @@ def test_derivations_render_in_chromium(site):
     page = _Page()
     page.feed(browse(site / "derivations.html", "--dump-dom"))
     assert page.arithmatex > 500, f"only {page.arithmatex} formulas on the page"
-    assert page.scripts == page.arithmatex, (page.scripts, page.arithmatex)
     assert page.frames == page.arithmatex, f"{page.frames} of {page.arithmatex} typeset"
+    assert page.inside == page.frames, "a typeset formula outside the marks of arithmatex"
     assert page.errors == 0, f"{page.errors} formulas did not typeset"
     plain = html.unescape(" ".join(page.plain))
     raw = sorted({m.group(0) for m in RAW_TEX.finditer(plain)})
