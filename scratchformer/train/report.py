@@ -64,7 +64,8 @@ FORMATS = {
     "seq_acc": ("seq acc", _pct),
     "seq_acc_decoded": ("exact match", _pct),
     "accuracy": ("accuracy", _pct),
-    "majority_baseline": ("majority baseline", _pct),
+    "majority_baseline": ("training set's majority class", _pct),
+    "largest_class": ("this set's largest class", _pct),
     "bleu": ("BLEU", lambda x: f"{x:.2f}"),
     "chrf": ("chrF", lambda x: f"{x:.2f}"),
 }
@@ -79,7 +80,8 @@ def metrics_text(m: dict, keys, smoothed: bool = False) -> str:
     for k in keys:
         if k in m and m[k] is not None:
             label, fmt = FORMATS[k]
-            which = f" ('{m['majority_class']}')" if k == "majority_baseline" else ""
+            which = {"majority_baseline": "majority_class", "largest_class": "largest_class_name"}
+            which = f" ('{m[which[k]]}')" if k in which and which[k] in m else ""
             parts.append(f"{label} {fmt(m[k])}{which}")
     if "decode" in m:
         parts.append(f"decoding {m['decode']}")

@@ -8,7 +8,7 @@ from task_data import TINY, run_config
 
 from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.cli import main
-from scratchformer.data import CorpusError, words
+from scratchformer.data import CorpusError, load_labelled, words
 from scratchformer.models import EncoderClassifier, LanguageModel
 from scratchformer.train import ConfigError, TrainConfig, Trainer, train
 
@@ -53,7 +53,15 @@ def test_classifier_reports_accuracy_beside_the_majority_baseline(tmp_path):
         "gospels",
         "law",
     }
-    assert any("majority baseline" in line for line in lines)
+    # both baselines, named as what they are, the test set's own largest class computed
+    labels = [lab for lab, _ in load_labelled(tmp_path / "data" / "genre")["test"]]
+    share = max(labels.count(lab) for lab in set(labels)) / len(labels)
+    assert t["largest_class"] == share
+    test_line = next(line for line in lines if line.startswith("  average of the last"))
+    assert f"training set's majority class {100 * t['majority_baseline']:.2f}% (" in test_line
+    assert f"this set's largest class {100 * share:.2f}% ('{t['largest_class_name']}')" in (
+        test_line
+    )
     examples = [line for line in lines if line.startswith("  '")]
     assert len(examples) == 2 and all(("ok" in x) or ("WRONG, want" in x) for x in examples)
     ck, _ = load_with_tokenizer(res.checkpoint, expect=EncoderClassifier)
@@ -87,7 +95,7 @@ def test_the_former_task_grammar_still_trains(tmp_path, capsys):
         assert main(argv) == 0
         assert (tmp_path / task / "checkpoints" / "checkpoint_4.npz").exists()
     out = capsys.readouterr().out
-    assert "bits/char" in out and "majority baseline" in out
+    assert "bits/char" in out and "training set's majority class" in out
     assert "note: --set min_freq is now --set task.min_freq" in out
     assert main(["train", "--task", "lm", "--set", "nonsense=1"]) == 2
     assert "nonsense" in capsys.readouterr().err
