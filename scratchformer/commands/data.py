@@ -1,4 +1,10 @@
-"""``scratchformer data``: prepare the real data sets of the variant models, offline.
+"""``scratchformer data``: prepare data sets, offline: your own sentence pairs, and the
+Bible's (translation, genre labels, text for the language model).
+
+    scratchformer data pairs my.tsv  your own sentence pairs (source<TAB>target, one pair a
+                                    line) split into data/my/{train,dev,test}.tsv: 5% each
+                                    for dev and test (--dev, --test), chosen by a hash of
+                                    the source, so the same file splits the same way
 
     scratchformer data genre        Bible verse -> genre (law, history, wisdom, prophets,
                                     gospels, epistles; Revelation counted as prophecy):
@@ -12,8 +18,8 @@
                                     in data/bible-kjv-web/. Chapters whose verse numbering
                                     differs between the texts are dropped (listed with -v).
 
-Each data set is a folder of its splits, data/<name>/{train,dev,test}.<ext>. All three
-read the Bibles from Debian's SWORD packages (``sword-text-web``, and for
+Each data set is a folder of its splits, data/<name>/{train,dev,test}.<ext>. The Bible
+sets read the Bibles from Debian's SWORD packages (``sword-text-web``, and for
 ``bible`` also ``sword-text-sparv`` or ``sword-text-kjv``) with the ``pysword`` reader,
 and split by chapter (a hash of "Book.chapter"), so that no chapter has verses on both
 sides of a split. Install once:
@@ -34,7 +40,13 @@ from pathlib import Path
 
 from scratchformer.commands import PROBABILITY, plural
 from scratchformer.data.bible import GENRES, iter_verses, open_bible, prepare_genre, prepare_text
-from scratchformer.data.bible_pairs import PAIRS, align_texts, ensure_modules, write_pairs
+from scratchformer.data.bible_pairs import (
+    PAIRS,
+    align_texts,
+    ensure_modules,
+    split_pairs,
+    write_pairs,
+)
 from scratchformer.errors import ScratchformerError
 
 
@@ -45,7 +57,10 @@ def add_parser(sub) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("dataset", choices=["genre", "web-text", "bible"], help="what to prepare")
+    p.add_argument(
+        "dataset", choices=["pairs", "genre", "web-text", "bible"], help="what to prepare"
+    )
+    p.add_argument("file", nargs="?", help="pairs: your TSV file (source<TAB>target)")
     p.add_argument(
         "--pair",
         choices=["sparv-web", "kjv-web"],
@@ -87,6 +102,14 @@ def run(args) -> int:
             "be below 1"
         )
     t0 = time.perf_counter()
+    if (args.file is not None) != (args.dataset == "pairs"):
+        raise ScratchformerError(
+            "data pairs needs your TSV file (data pairs my.tsv)"
+            if args.file is None
+            else f"data {args.dataset} takes no file (data pairs FILE splits a file of yours)"
+        )
+    if args.dataset == "pairs":
+        return run_pairs(args, t0)
     if args.dataset == "bible":
         return run_bible(args, t0)
     bible = open_bible(args.module, args.sword_path)
@@ -107,6 +130,15 @@ def run(args) -> int:
             print(f"{s:<5}  {lines:>6} verses  {chars:>9} characters")
         files = "{train,dev,test}.txt"
     print(f"wrote {out}/{files} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def run_pairs(args, t0: float) -> int:
+    out = Path(args.out or Path(args.data_dir) / Path(args.file).stem)
+    counts = split_pairs(args.file, out, args.dev, args.test)
+    for split, n in counts.items():
+        print(f"{split:<5}  {n:>6} pairs")
+    print(f"wrote {out}/{{train,dev,test}}.tsv in {time.perf_counter() - t0:.1f} s")
     return 0
 
 

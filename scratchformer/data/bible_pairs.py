@@ -34,6 +34,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,6 +216,34 @@ def write_pairs(out_dir, src: list[Verse], tgt: list[Verse], dev=0.05, test=0.05
     return counts
 
 
+def split_pairs(path, out_dir, dev=0.05, test=0.05) -> dict:
+    """Split the sentence pairs of one TSV file (``source<TAB>target``, read by
+    ``read_pairs``) into ``{train,dev,test}.tsv`` under ``out_dir``; returns ``{split:
+    pairs}``. The pairs go in the order of a CRC-32 hash of their source: the first
+    ``round(test * n)`` (at least 1) to test, the next ``round(dev * n)`` (at least 1) to
+    dev, the rest to train, each split keeping the file's order. The same file always
+    splits the same way, and a source that occurs twice has its copies side by side in
+    that order: at most one straddles two splits."""
+    rows = read_pairs(path)
+    n = len(rows)
+    n_test, n_dev = max(1, round(test * n)), max(1, round(dev * n))
+    if n - n_test - n_dev < 1:
+        raise ParallelDataError(
+            f"{path} holds {n} pairs: too few to keep {n_test} for test, {n_dev} for dev "
+            "and still train on some"
+        )
+    order = sorted(range(n), key=lambda i: (zlib.crc32(rows[i][0].encode("utf-8")), i))
+    split_of = {i: "test" for i in order[:n_test]}
+    split_of.update({i: "dev" for i in order[n_test : n_test + n_dev]})
+    counts = {s: 0 for s in SPLITS}
+    with split_files(out_dir, {s: f"{s}.tsv" for s in SPLITS}) as files:
+        for i, (s, t) in enumerate(rows):
+            where = split_of.get(i, "train")
+            files[where].write(f"{s}\t{t}\n")
+            counts[where] += 1
+    return counts
+
+
 def read_pairs(path) -> list[tuple[str, str]]:
     """``[(source, target)]`` from a TSV file written by ``write_pairs`` (a third column,
     the reference, is optional), read by ``iter_text_lines`` (UTF-8, lines end at
@@ -254,5 +283,6 @@ __all__ = [
     "align_texts",
     "chapter_aligned",
     "read_pairs",
+    "split_pairs",
     "write_pairs",
 ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from collections.abc import Iterable
 
 from scratchformer.data.tokenizers import TOKENIZERS, Tokenizer
@@ -30,7 +31,37 @@ from scratchformer.errors import ScratchformerError
 
 
 class BPEError(ScratchformerError):
-    """SentencePiece is missing, or a BPE model cannot be trained or loaded."""
+    """SentencePiece is missing, or a BPE model cannot be trained or loaded.
+
+    When the vocabulary size asked for is what SentencePiece refused, ``fewest`` or
+    ``most`` is the size this text allows at the least or at the most (else None)."""
+
+    fewest: int | None = None
+    most: int | None = None
+
+
+def _refusal(e: RuntimeError, vocab_size: int) -> BPEError:
+    """SentencePiece's error as ours: for a size it cannot make of the text, the bound it
+    names (its messages: "Vocabulary size is smaller than required_chars. 270 vs 339",
+    "Vocabulary size too high (8000). Please set it to a value <= 271")."""
+    text = str(e)
+    small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", text)
+    high = re.search(r"too high \(\d+\)\. Please set it to a value <= (\d+)", text)
+    if small:
+        err = BPEError(
+            f"a BPE of {vocab_size} ids is too small for this text: it needs at least "
+            f"{small.group(1)} (4 specials, 256 bytes and each of its characters)"
+        )
+        err.fewest = int(small.group(1))
+    elif high:
+        err = BPEError(
+            f"a BPE of {vocab_size} ids is more than SentencePiece can make of this text "
+            f"(at most {high.group(1)})"
+        )
+        err.most = int(high.group(1))
+    else:
+        err = BPEError(f"SentencePiece could not train a {vocab_size}-id BPE: {text}")
+    return err
 
 
 def _spm():
@@ -97,7 +128,7 @@ class BPETokenizer(Tokenizer):
                 minloglevel=2,
             )
         except RuntimeError as e:
-            raise BPEError(f"SentencePiece could not train a {vocab_size}-id BPE: {e}") from None
+            raise _refusal(e, vocab_size) from None
         return cls(model.getvalue())
 
     def split(self, text: str) -> list[str]:

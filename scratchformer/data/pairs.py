@@ -16,8 +16,9 @@ Translation is real data: ``{data_dir}/{train,dev,test}.tsv`` (``source<TAB>targ
 [<TAB>ref]``, as ``scratchformer data bible`` writes them) with a joint SentencePiece BPE
 vocabulary of ``vocab_size`` ids learnt from the training sources and targets together
 (cached as ``{data_dir}/spm-bpe-{vocab_size}.json``; training it is deterministic).
-``max_len`` is then the longest side in BPE tokens a training pair may have: longer
-pairs are left out of training (and counted), never out of dev or test.
+``vocab_size`` 0 chooses the size from the data (``vocabulary_for``). ``max_len`` is then
+the longest side in BPE tokens a training pair may have: longer pairs are left out of
+training (and counted), never out of dev or test.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from pathlib import Path
 
 from scratchformer import backend, memory
 from scratchformer.data.bible_pairs import read_pairs
-from scratchformer.data.bpe import BPETokenizer
+from scratchformer.data.bpe import BPEError, BPETokenizer
 from scratchformer.data.tokenizers import CharTokenizer, Tokenizer, tokenizer_from_dict
-from scratchformer.data.vocab import Vocab
+from scratchformer.data.vocab import SPECIALS, Vocab
 from scratchformer.errors import ScratchformerError, need
 from scratchformer.progress import progress_bar
 
@@ -61,6 +62,7 @@ class Pairs:
     valid: list
     test: list
     dropped: int = 0  # training pairs left out for being longer than max_len
+    chosen: str = ""  # how the vocabulary's size was chosen from the data ("": it was given)
     _encoded: dict = field(default_factory=dict, repr=False)
 
     def encoded(self, split: str) -> list:
@@ -182,18 +184,62 @@ def bpe_key(train_pairs, vocab_size: int) -> str:
     return h.hexdigest()
 
 
+#: the largest vocabulary ``vocabulary_for`` chooses: the Bible's 27k verse pairs use 8k
+MOST_CHOSEN = 8000
+
+
+def vocabulary_for(train_pairs) -> tuple[int, str]:
+    """A joint BPE size the training text supports, and how it was chosen: room for the 4
+    specials, the 256 bytes of the byte fallback and every character of the text, plus
+    one merge per 8 distinct words (whitespace-separated, both sides), rounded up to a
+    hundred, at most ``MOST_CHOSEN``. Small data wants a small vocabulary: each subword
+    must be seen often enough to be learnt (Sennrich and Zhang 2019 find a few thousand
+    merges best for about 100k words)."""
+    texts = [s for s, _ in train_pairs] + [t for _, t in train_pairs]
+    chars = len(set().union(*map(set, texts)))
+    words = len({w for t in texts for w in t.split()})
+    base = len(SPECIALS) + 256 + chars
+    size = min(-(-(base + words // 8) // 100) * 100, MOST_CHOSEN)
+    how = f"{chars} characters and {words:,} distinct words in {len(train_pairs):,} pairs"
+    return max(size, base), how
+
+
 def translation_pairs(data_dir, *, vocab_size: int, max_len: int) -> Pairs:
     """``{data_dir}/{train,dev,test}.tsv`` with the joint BPE (see the module doc); the
-    ``valid`` split is dev.tsv."""
+    ``valid`` split is dev.tsv. A ``vocab_size`` SentencePiece cannot make of the text is
+    refused naming ``task.vocab_size`` and the bound; one chosen from the data (0) is
+    brought within SentencePiece's bound instead."""
     if not data_dir:
         raise DataError("task translate needs data_dir (--data-dir data/bible)")
-    if vocab_size <= 260:
-        raise DataError(f"vocab_size must be > 260, got {vocab_size}")
+    if vocab_size != 0 and vocab_size <= 260:
+        raise DataError(
+            f"task.vocab_size must be > 260 (4 specials and 256 bytes), or 0 to choose it from "
+            f"the data, got {vocab_size}"
+        )
     if max_len < 1:
-        raise DataError(f"max_len must be >= 1, got {max_len}")
+        raise DataError(f"task.max_len must be >= 1, got {max_len}")
     d = Path(data_dir)
     train, valid, test = (read_pairs(d / f"{s}.tsv") for s in ("train", "dev", "test"))
-    data = Pairs(translation_tokenizer(d, vocab_size, train), train, valid, test)
+    chosen = ""
+    if vocab_size == 0:
+        vocab_size, chosen = vocabulary_for(train)
+    try:
+        tok = translation_tokenizer(d, vocab_size, train)
+    except BPEError as e:
+        if chosen and e.most:  # as many as SentencePiece can make of this text
+            vocab_size, chosen = e.most, f"{chosen}; SentencePiece's largest for this text"
+            tok = translation_tokenizer(d, vocab_size, train)
+        elif e.most or e.fewest:
+            bound = f"at most {e.most}" if e.most else f"at least {e.fewest}"
+            raise DataError(
+                f"task.vocab_size={vocab_size} does not fit {d / 'train.tsv'}: SentencePiece "
+                f"can make {bound} ids of it; set task.vocab_size to that, or to 0 to choose "
+                "it from the data"
+            ) from None
+        else:
+            raise
+    data = Pairs(tok, train, valid, test)
+    data.chosen = chosen and f"vocabulary {vocab_size} ({chosen})"
     enc = data.encoded("train")
     keep = [i for i, (s, t) in enumerate(enc) if len(s) <= max_len and len(t) <= max_len]
     if not keep:
@@ -212,4 +258,5 @@ __all__ = [
     "string_pairs",
     "translation_pairs",
     "translation_tokenizer",
+    "vocabulary_for",
 ]

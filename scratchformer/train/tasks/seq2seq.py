@@ -10,14 +10,17 @@ chrF on the detokenized output.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
+from scratchformer import backend
 from scratchformer.bleu import ScoringError, corpus_scores
 from scratchformer.data.batching import collate, example_widths, fixed_batches
 from scratchformer.data.pairs import string_pairs, translation_pairs
 from scratchformer.errors import need
 from scratchformer.train.evaluation import decode_outputs
+from scratchformer.train.tasks import fit
 from scratchformer.train.tasks.base import Task, TaskBatch, check_decoding, check_settings
 
 
@@ -65,7 +68,7 @@ class TranslateSettings:
 
     name: str  # "translate"
     data_dir: str  # the directory of {train,dev,test}.tsv
-    vocab_size: int  # joint BPE vocabulary size (specials included)
+    vocab_size: int  # joint BPE vocabulary size (specials included); 0: chosen from the data
     max_len: int  # training pairs with a side longer than this (BPE tokens) are left out
     decode: str
     beam_size: int
@@ -85,6 +88,24 @@ class Seq2SeqTask(Task):
 
     def examples(self, split: str) -> list:
         return self.data.encoded(split)
+
+    def unigram_nll(self, split: str) -> float:
+        """NLL per target token of ``split`` under the unigram model of the training
+        targets: ``p(w) = (c(w) + 1) / (n + V)`` from the counts ``c`` of the training
+        targets' tokens and ``<eos>`` (``n`` of them; add-one smoothing over the ``V``
+        ids). The loss of a model that ignores the source and every earlier token: the
+        first thing a trained model must beat."""
+        np = backend.np
+        V = len(self.tokenizer.vocab)
+        eos = self.tokenizer.vocab.eos_id
+
+        def targets(s):
+            rows = [list(t) + [eos] for _, t in self.examples(s)]
+            return np.asarray([i for r in rows for i in r], dtype=np.int64)
+
+        counts = np.bincount(targets("train"), minlength=V)
+        logp = np.log(counts + 1.0) - np.log(counts.sum() + V)
+        return float(-logp[targets(split)].mean())
 
     def configure(self, model: dict, seed: int):
         config = super().configure(model, seed)
@@ -177,14 +198,43 @@ class TranslateTask(Seq2SeqTask):
         s = settings
         self.data = translation_pairs(s.data_dir, vocab_size=s.vocab_size, max_len=s.max_len)
         self.tokenizer = self.data.tokenizer
+        self.fitted = ""  # the model chosen from the data, in words ("": none was)
+
+    def configure(self, model: dict, seed: int):
+        """``[model] preset = "data"``: the model sized to the training pairs (``fit``),
+        the other ``[model]`` keys on top."""
+        if model.get("preset") != "data":
+            return super().configure(model, seed)
+        sources = [len(s) for s, _ in self.examples("train")]
+        tokens = sum(len(t) + 1 for _, t in self.examples("train"))  # + <eos>
+        longest = max(int(self.widths(split).max()) for split in ("train", "valid", "test"))
+        fitted, why = fit.model_for(tokens, max(sources), longest)
+        rest = {k: v for k, v in model.items() if k != "preset"}
+        config = super().configure({**fitted, **rest}, seed)
+        self.fitted = f"model {fit.describe(config)} ({why})"
+        return config
 
     def notes(self) -> list[str]:
-        if not self.data.dropped:
-            return []
-        return [
-            f"left out {self.data.dropped} training pairs longer than task.max_len="
-            f"{self.settings.max_len} tokens"
-        ]
+        lines = []
+        if self.data.dropped:
+            lines.append(
+                f"left out {self.data.dropped} training pairs longer than task.max_len="
+                f"{self.settings.max_len} tokens"
+            )
+        for chosen in (self.data.chosen, self.fitted):
+            if chosen:
+                lines.append(f"chosen from the data: {chosen}")
+        if self.data.chosen or self.fitted:
+            lines.append(
+                '  (the config\'s task.vocab_size = 0 and model.preset = "data"; set a size '
+                "with --set task.vocab_size=N or --set model.KEY=VALUE)"
+            )
+        nll = self.unigram_nll("valid")
+        lines.append(
+            f"unigram baseline: dev nll {nll:.4f} (ppl {math.exp(nll):.1f}), the training "
+            "targets' token frequencies, blind to the source and to the words before"
+        )
+        return lines
 
     def test(self, model, max_tokens: int, examples: int, seed: int, progress=None):
         """As for every sequence-to-sequence task, plus corpus BLEU and chrF of the
