@@ -60,7 +60,7 @@ def test_version_and_plain_help(capsys):
     with pytest.raises(SystemExit):
         main(["data", "--help"])
     text = capsys.readouterr().out
-    assert "scratchformer data bible" in text and "All three" in text
+    assert "scratchformer data bible" in text and "scratchformer data pairs my.tsv" in text
 
 
 def test_the_package_version_is_written_once():

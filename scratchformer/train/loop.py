@@ -330,12 +330,10 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_config(self.run_dir, cfg.to_dict())
         if self.step == 0:
-            for line in self.task.notes():
-                self.echo(line)
             lines = report.header(
                 cfg, self.task, self.model, len(self.sampler), self.run_dir, self.world.size
             )
-            for line in lines:
+            for line in [*lines, *self.task.notes()]:  # the run, then what the data told
                 self.echo(line)
         else:
             self.echo(f"resuming {cfg.name} at step {self.step} from {self.last_checkpoint}")

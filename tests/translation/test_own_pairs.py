@@ -2,8 +2,9 @@
 ``scratchformer data pairs``, then ``train --config pairs``, whose vocabulary and model are
 chosen from the data and printed, with the unigram baseline the dev loss must beat.
 
-- the recipe on 200 pairs: SentencePiece accepts the vocabulary chosen, the sizes are
-  printed, and the dev NLL ends below the unigram baseline;
+- the recipe on 200 pairs (slow: 150 steps, about 40 s): SentencePiece accepts the
+  vocabulary chosen, the sizes are printed, and the dev NLL ends below the unigram
+  baseline;
 - the split: the same file always splits the same way, every pair lands in one split;
 - a vocabulary size SentencePiece cannot make of the data, given by hand, is refused in
   one line naming task.vocab_size and the bound.
@@ -47,6 +48,7 @@ def scratchformer(*argv, cwd) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_the_recipe_on_200_pairs_chooses_its_sizes_and_beats_the_unigram_baseline(tmp_path):
     rows = pairs_200()
     assert len(rows) == 200 and len(set(rows)) == 200
