@@ -243,7 +243,8 @@ def child(args, config, global_batch, build_ours, torch_module):
         if w is not None:
             model, opt = build_ours(cfg)
             info["params"] = model.num_parameters()
-            tb = TaskBatch(inputs=share[:2], targets=share[2], n_tokens=int(share[2].size))
+            n = int(share[2].size)
+            tb = TaskBatch(inputs=share[:2], targets=share[2], n_tokens=n, n_targets=n)
             counter = [0]
 
             def ours(model=model, opt=opt, tb=tb, counter=counter):

@@ -64,20 +64,27 @@ class _ArrayModule:
 xp = _ArrayModule()
 
 
+#: how to install CuPy, by the CUDA of the NVIDIA driver (``nvidia-smi`` says which)
+CUPY_INSTALL = (
+    "pip install 'scratchformer[cuda12]' for a CUDA 12 driver, or 'scratchformer[cuda13]' "
+    "for CUDA 13 (driver 580 or newer); never both: two CuPy packages break 'import cupy'"
+)
+
+
 def _import_cupy():
     try:
         import cupy  # noqa: PLC0415  (optional, the gpu extra: a CPU install has no cupy)
     except ImportError as e:
-        raise BackendError(
-            "the cupy backend needs CuPy: pip install 'scratchformer[gpu]' "
-            f"(cupy-cuda12x), or a CuPy build matching your CUDA ({e})"
-        ) from None
+        raise BackendError(f"the cupy backend needs CuPy ({e}): {CUPY_INSTALL}") from None
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # CUDA driver missing or broken
-        raise BackendError(f"CuPy is installed but no usable GPU was found ({e})") from None
+        raise BackendError(
+            f"CuPy {cupy.__version__} is installed but no usable GPU was found ({e}); "
+            f"the cupy backend needs an NVIDIA GPU whose driver suits this CuPy: {CUPY_INSTALL}"
+        ) from None
     if n < 1:
-        raise BackendError("CuPy is installed but no GPU is visible")
+        raise BackendError(f"CuPy is installed but no GPU is visible: {CUPY_INSTALL}")
     return cupy
 
 

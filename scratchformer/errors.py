@@ -11,6 +11,8 @@ import dataclasses
 import numbers
 import signal
 
+from scratchformer import backend
+
 
 class ScratchformerError(ValueError):
     """Base class for every input error raised by scratchformer."""
@@ -39,19 +41,29 @@ def check_rank(x, ndim: int, name: str, dims: str) -> None:
         raise ShapeError(f"{name} must have shape {dims} (rank {ndim}), got {got}")
 
 
-def check_token_ids(ids, vocab_size: int, name: str) -> None:
-    """Token ids must be integers in [0, vocab_size)."""
-    if ids.dtype.kind not in "iu":
-        raise TokenError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
-    if ids.size == 0:
-        return
-    lo, hi = int(ids.min()), int(ids.max())
-    if lo < 0:
-        raise TokenError(f"{name} holds a negative token id ({lo})")
-    if hi >= vocab_size:
+def check_token_ids(ids, vocab_size: int, name: str):
+    """Token ids must be integers in [0, vocab_size): returns them as an array of the
+    active backend. Ids on the host are checked there, before they move (nothing is read
+    back from a device; and a GPU's gather would wrap an id out of range instead of
+    failing); ids already on a device are checked there, reading one flag back."""
+    if not hasattr(ids, "dtype") or ids.dtype.kind not in "iu":
+        got = getattr(ids, "dtype", type(ids).__name__)
+        raise TokenError(f"{name} must hold integer token ids, got dtype {got}")
+    if isinstance(ids, backend.np.ndarray):  # on the host
+        host = ids
+        bad = ids.size > 0 and (ids.min() < 0 or ids.max() >= vocab_size)
+        ids = backend.asarray(ids)
+    else:  # already on a device
+        bad = ids.size > 0 and bool(((ids < 0) | (ids >= vocab_size)).any())
+        host = backend.asnumpy(ids) if bad else None
+    if bad:
+        lo, hi = int(host.min()), int(host.max())
+        if lo < 0:
+            raise TokenError(f"{name} holds a negative token id ({lo})")
         raise TokenError(
             f"{name} holds token id {hi}, out of range for a vocabulary of {vocab_size}"
         )
+    return ids
 
 
 def check_length(length: int, max_len: int, name: str) -> None:

@@ -25,8 +25,8 @@ random directions ``v``: every entry moves at once, so a direction costs two for
 passes however many parameters it spans (see ``check_directions``).
 
 An op or module is checked through ``L = sum(out * dout)`` with a random ``dout``.
-``rng=<int>`` turns dropout on and replays the same masks in every evaluation (a fresh
-generator from that seed per forward). Nothing the caller passes is modified: inputs
+``rng=<int>`` turns dropout on and replays the same masks in every evaluation (a fork of
+one generator seeded with it, per forward). Nothing the caller passes is modified: inputs
 and models are copied (and cast to float64) first.
 """
 
@@ -193,10 +193,12 @@ def _to64(a):
 
 
 def _make_rng(kwargs):
-    """``rng=<int>`` in kwargs becomes a fresh generator per call: dropout replays."""
+    """``rng=<int>`` in kwargs becomes a generator made once, and each call gets a fork
+    of it (a copy of its state): every evaluation replays the same dropout masks."""
     seed = kwargs.get("rng")
     if isinstance(seed, int) and not isinstance(seed, bool):
-        return lambda: {**kwargs, "rng": device.generator(seed)}
+        base = device.generator(seed)
+        return lambda: {**kwargs, "rng": device.fork(base)}
     return lambda: dict(kwargs)
 
 
@@ -406,11 +408,12 @@ def check_directions(
 def _model_loss(model, dtype, batch, rng, eps_ls, names):
     """A copy of ``model`` in ``dtype`` after one forward and backward pass on ``batch``:
     ``(parameters, their gradients, loss())``, where ``loss()`` is a forward pass with
-    the same dropout masks (a fresh generator from ``rng`` each time)."""
+    the same dropout masks (a fork of one generator made from ``rng``, each time)."""
     m = copy.deepcopy(model).astype(dtype)
+    base = device.generator(rng) if rng is not None else None
 
     def fresh_rng():
-        return device.generator(rng) if rng is not None else None
+        return device.fork(base) if base is not None else None
 
     def loss() -> float:
         return float(m.loss_forward(*batch, rng=fresh_rng(), eps_ls=eps_ls)[0])

@@ -45,21 +45,3 @@ def test_host_device_round_trip():
     y = B.asarray(x)
     assert B.is_array(y)
     np.testing.assert_array_equal(B.asnumpy(y), x)
-
-
-@pytest.mark.usefixtures("backend")
-def test_scatter_add_accumulates_repeated_indices():
-    """target[idx] += v keeps one of the repeated rows; scatter_add must keep all."""
-    target = B.asarray(np.zeros((5, 2)))
-    idx = B.asarray(np.array([3, 1, 3, 3, 0]))
-    vals = B.asarray(np.arange(10, dtype=np.float64).reshape(5, 2))
-    device.scatter_add(target, idx, vals)
-    expected = np.zeros((5, 2))
-    np.add.at(expected, [3, 1, 3, 3, 0], np.arange(10.0).reshape(5, 2))
-    np.testing.assert_array_equal(B.asnumpy(target), expected)
-
-
-def test_scatter_add_empty_is_a_no_op():
-    target = np.ones((3, 2))
-    device.scatter_add(target, np.zeros(0, dtype=np.int64), np.zeros((0, 2)))
-    np.testing.assert_array_equal(target, np.ones((3, 2)))

@@ -1,16 +1,21 @@
 """Device primitives: the few array operations whose best form depends on the backend.
 
 The ops (the readable reference, one floor up) call these by name, once each, and never
-branch on the backend themselves; each backend has one implementation of every
-primitive, in its own module:
+branch on the backend themselves. Where the best form depends on the backend, each has
+its own module:
 
     numpy_device.py    NumPy (the host)
     cupy_device.py     CuPy (an NVIDIA GPU); the only files of the package beside
                        backend.py that import cupy are this one and the kernels' CuPy side
 
-    scatter_add(target, indices, values)   target[indices[i]] += values[i], repeats add up
-    rowdot(a, b)                           sum(a * b, axis=-1) without the temporary
-    generator(seed)                        the random generator of dropout masks
+and where one form serves both, it is written once with ``xp`` (segment.py, counter.py):
+
+    segment_sum(indices, values, K)   out[k] = sum of values[i] with indices[i] == k:
+                                      sorted runs, no atomics, bitwise the same every run
+    rowdot(a, b)                      sum(a * b, axis=-1) without the temporary
+    generator(seed)                   the generator of dropout masks: NumPy's PCG64 on
+                                      NumPy, the counter-based generator on CuPy
+    fork(rng)                         a copy of a generator that continues its stream
 
 Whole forward/backward pairs that are faster on one backend (fused kernels) are not
 primitives: they live in the kernel seam's tables (scratchformer/kernels/).
@@ -18,7 +23,11 @@ primitives: they live in the kernel seam's tables (scratchformer/kernels/).
 
 from __future__ import annotations
 
+import copy
+
 from scratchformer import backend
+from scratchformer.device.counter import CounterGenerator
+from scratchformer.device.segment import segment_sum as _segment_sum
 
 
 def _impl():
@@ -32,13 +41,11 @@ def _impl():
     return numpy_device
 
 
-def scatter_add(target, indices, values) -> None:
-    """``target[indices[i]] += values[i]`` in place, repeated indices accumulating.
-
-    target (V, D), indices (N,) int, values (N, D). Plain ``target[idx] += v`` keeps
-    only one of the repeated rows: the classic embedding-gradient bug.
-    """
-    _impl().scatter_add(target, indices, values)
+def segment_sum(indices, values, K: int):
+    """indices (N,) int in [0, K), values (N, D)  ->  (K, D): row k the sum of the rows of
+    ``values`` whose index is k. The adjoint of a gather (``E[ids]``), where repeated
+    indices must add up (see scratchformer/device/segment.py)."""
+    return _segment_sum(indices, values, K)
 
 
 def rowdot(a, b):
@@ -47,12 +54,26 @@ def rowdot(a, b):
     return _impl().rowdot(a, b)
 
 
-def generator(seed=None):
-    """The generator of dropout masks on the active backend, seeded with ``seed``.
+def generator(seed=None, *, counter: bool = False):
+    """The generator of dropout masks on the active backend, seeded with ``seed``:
+    NumPy's PCG64 on NumPy (the fastest there), the counter-based generator on CuPy
+    (device-independent, nothing to initialise on the GPU); ``counter=True`` gives the
+    counter-based one on NumPy too, whose draws equal CuPy's.
 
     Randomness is always explicit: nothing in the package draws from a global state.
     """
+    if counter:
+        return CounterGenerator(0 if seed is None else seed)
     return _impl().generator(seed)
 
 
-__all__ = ["generator", "rowdot", "scatter_add"]
+def fork(rng):
+    """An independent generator that continues ``rng``'s stream from its current state:
+    drawing from the fork gives exactly what drawing from ``rng`` would (a backward pass
+    regenerating a forward's dropout masks). A copy of the state, not a new seeding."""
+    if isinstance(rng, CounterGenerator):
+        return rng.fork()
+    return copy.deepcopy(rng)
+
+
+__all__ = ["CounterGenerator", "fork", "generator", "rowdot", "segment_sum"]

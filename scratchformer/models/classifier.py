@@ -98,15 +98,16 @@ class EncoderClassifier(Module):
         self.head = ClassificationHead(cfg.d_model, num_classes, cfg.P_drop, rng)
 
     def check_ids(self, ids, name="ids"):
+        """The checked ids, on the active backend (host ids are checked before they move)."""
         check_rank(ids, 2, name, "(B, S)")
-        check_token_ids(ids, self.config.vocab_size, name)
         check_length(ids.shape[1], self.config.max_len, name)
         if ids.shape[1] == 0:
             raise ShapeError(f"{name} is empty (length 0)")
+        return check_token_ids(ids, self.config.vocab_size, name)
 
     def forward(self, ids, rng=None):
         """ids (B, S) int  ->  logits (B, C), cache. ``rng`` turns dropout on."""
-        self.check_ids(ids)
+        ids = self.check_ids(ids)
         x, c_emb = self.embed.forward(ids)  # (B, S, D)
         h, c_enc = self.encoder.forward(x, padding_mask(ids, self.config.pad_id), rng)
         logits, c_head = self.head.forward(h[:, 0], rng)  # (B, C)
@@ -124,7 +125,7 @@ class EncoderClassifier(Module):
         check_rank(labels, 1, "labels", "(B,)")
         if labels.shape[0] != ids.shape[0]:
             raise ShapeError(f"{labels.shape[0]} labels for a batch of {ids.shape[0]}")
-        check_token_ids(labels, self.num_classes, "labels")
+        labels = check_token_ids(labels, self.num_classes, "labels")
         logits, c_model = self.forward(ids, rng)
         loss, c_loss = kernels.cross_entropy.forward(logits, labels, eps_ls, None)
         return loss, ClassifierLossCache(c_model, c_loss)

@@ -57,11 +57,12 @@ class LanguageModel(Module):
         self.decoder = CausalStack(cfg, cfg.N, rng)
 
     def check_ids(self, ids, name="ids"):
+        """The checked ids, on the active backend (host ids are checked before they move)."""
         check_rank(ids, 2, name, "(B, T)")
-        check_token_ids(ids, self.config.vocab_size, name)
         check_length(ids.shape[1], self.config.max_len, name)
         if ids.shape[1] == 0:
             raise ShapeError(f"{name} is empty (length 0)")
+        return check_token_ids(ids, self.config.vocab_size, name)
 
     def mask(self, ids):
         """Self-attention mask: (B, 1, 1, T), True at real tokens; the stack's attention
@@ -70,7 +71,7 @@ class LanguageModel(Module):
 
     def forward(self, ids, rng=None):
         """ids (B, T) int  ->  logits (B, T, V), cache. ``rng`` turns dropout on."""
-        self.check_ids(ids)
+        ids = self.check_ids(ids)
         x, c_emb = self.embed.forward(ids)  # (B, T, D), scaled
         h, c_dec = self.decoder.forward(x, self.mask(ids), rng)
         logits, c_out = self.embed.project(h)  # (B, T, V)
@@ -89,7 +90,7 @@ class LanguageModel(Module):
         check_rank(targets, 2, "targets", "(B, T)")
         if targets.shape != ids.shape:
             raise ShapeError(f"targets {tuple(targets.shape)} must match ids {tuple(ids.shape)}")
-        check_token_ids(targets, self.config.vocab_size, "targets")
+        targets = check_token_ids(targets, self.config.vocab_size, "targets")
         logits, c_model = self.forward(ids, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
         # The logits are ours alone: the fused loss turns them into the probabilities.
@@ -110,7 +111,7 @@ class LanguageModel(Module):
         """tokens (R, T) the next T inputs of every row  ->  logits (R, T, V); positions
         continue at ``kv.length``. A whole prefix at once equals ``forward``."""
         check_rank(tokens, 2, "tokens", "(R, T)")
-        check_token_ids(tokens, self.config.vocab_size, "tokens")
+        tokens = check_token_ids(tokens, self.config.vocab_size, "tokens")
         if tokens.shape[0] != kv.rows:
             raise DecodeStateError(
                 f"decode_step got {tokens.shape[0]} rows, the kv holds {kv.rows}"

@@ -89,15 +89,18 @@ class Transformer(Module):
 
     # -- input checks -------------------------------------------------------------------
     def _check_ids(self, ids, name, vocab):
+        """The checked ids, on the active backend (host ids are checked before they move)."""
         check_rank(ids, 2, name, "(B, L)")
-        check_token_ids(ids, vocab, name)
         check_length(ids.shape[1], self.config.max_len, name)
         if ids.shape[1] == 0:
             raise ShapeError(f"{name} is empty (length 0)")
+        return check_token_ids(ids, vocab, name)
 
     def check_inputs(self, src, tgt_in, tgt_out=None):
-        self._check_ids(src, "src", self.config.src_vocab)
-        self._check_ids(tgt_in, "tgt_in", self.config.vocab_size)
+        """``(src, tgt_in, tgt_out)`` checked and on the active backend: where host
+        inputs enter the model, whoever calls it (the trainer passes host batches)."""
+        src = self._check_ids(src, "src", self.config.src_vocab)
+        tgt_in = self._check_ids(tgt_in, "tgt_in", self.config.vocab_size)
         check_same_batch(src, tgt_in, "src", "tgt_in")
         if tgt_out is not None:
             check_rank(tgt_out, 2, "tgt_out", "(B, T)")
@@ -106,7 +109,8 @@ class Transformer(Module):
                     f"tgt_out {tuple(tgt_out.shape)} must have the shape of tgt_in "
                     f"{tuple(tgt_in.shape)}"
                 )
-            check_token_ids(tgt_out, self.config.vocab_size, "tgt_out")
+            tgt_out = check_token_ids(tgt_out, self.config.vocab_size, "tgt_out")
+        return src, tgt_in, tgt_out
 
     # -- forward / backward ---------------------------------------------------------------
     def encode(self, src, rng=None):
@@ -121,7 +125,7 @@ class Transformer(Module):
 
         ``rng`` turns dropout on (training); leave it out for evaluation.
         """
-        self.check_inputs(src, tgt_in)
+        src, tgt_in, _ = self.check_inputs(src, tgt_in)
         return self._forward(src, tgt_in, rng)
 
     def _forward(self, src, tgt_in, rng=None):
@@ -153,7 +157,7 @@ class Transformer(Module):
 
         Equal to ``encode(src)[0:2]``, keeping no caches. Checks ids and length first.
         """
-        self._check_ids(src, "src", self.config.src_vocab)
+        src = self._check_ids(src, "src", self.config.src_vocab)
         src_mask = padding_mask(src, self.config.pad_id)
         x = self.src_embed.forward(src)[0]  # (B, S, D), already scaled
         return self.encoder.infer(x, src_mask), src_mask
@@ -171,7 +175,7 @@ class Transformer(Module):
         at once into an empty kv (T > 1) gives the same logits as ``forward``.
         """
         check_rank(tokens, 2, "tokens", "(R, T)")
-        check_token_ids(tokens, self.config.vocab_size, "tokens")
+        tokens = check_token_ids(tokens, self.config.vocab_size, "tokens")
         if tokens.shape[0] != kv.rows:
             raise DecodeStateError(
                 f"decode_step got {tokens.shape[0]} rows, the kv holds {kv.rows}"
@@ -188,7 +192,7 @@ class Transformer(Module):
         src (B, S), tgt_in (B, T) (bos + target), tgt_out (B, T) (target + eos, padded)
         -> loss (scalar array), cache. ``eps_ls`` defaults to the config's.
         """
-        self.check_inputs(src, tgt_in, tgt_out)
+        src, tgt_in, tgt_out = self.check_inputs(src, tgt_in, tgt_out)
         logits, c_model = self._forward(src, tgt_in, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
         # The logits are ours alone: the fused loss turns them into the probabilities.

@@ -19,9 +19,11 @@ Each block holds whole rows of keys, so the core's ``sum(dA * A, -1)`` is comput
 the full row; a kernel that also tiles the keys (FlashAttention) uses the equal
 ``rowsum(dO * O)`` instead (docs/derivations.md#memory-efficient-attention).
 
-Attention dropout regenerates each block's mask from a seed drawn once per forward
-(block b uses ``device.generator(seed + b)``), so no (T, S) mask is stored either. The
-masks therefore differ from the dense op's for the same generator; both are exact dropout.
+Attention dropout draws each block's mask from the generator in turn, and the cache keeps
+a fork of the generator as it was before the first block (``device.fork``: a copy of its
+state, not a new seeding), from which the backward draws the same masks again in the same
+order: no (T, S) mask is stored either. The masks differ from the dense op's for the same
+generator (drawn block by block, not all at once); both are exact dropout.
 
 Dimension key: ``B`` batch, ``H`` heads, ``T`` queries, ``S`` keys, ``Dh`` d_k,
 ``Dv`` d_v, ``M`` the query block.
@@ -52,7 +54,7 @@ class BlockwiseAttentionCache(NamedTuple):
     block: int  # M, queries per block
     scale: float  # 1 / sqrt(d_k)
     p_drop: float  # attention dropout
-    seed: int | None  # block b's dropout mask comes from device.generator(seed + b); None: off
+    replay: object  # the dropout generator as it was before block 0 (None: dropout off)
 
 
 def _mask_rows(mask, i0: int, i1: int):
@@ -60,11 +62,6 @@ def _mask_rows(mask, i0: int, i1: int):
     if mask is None or mask.ndim < 2 or mask.shape[-2] == 1:
         return mask
     return mask[..., i0:i1, :]
-
-
-def _block_rng(seed: int, b: int):
-    """Block ``b``'s dropout generator: the same mask in forward and backward."""
-    return device.generator(seed + b)
 
 
 def _log_sum_exp(Z, mask):
@@ -92,22 +89,23 @@ def blockwise_attention_forward(Q, K, V, mask=None, block: int = 64, p_drop=0.0,
     dtype = xp.result_type(Q.dtype, K.dtype, V.dtype)
     O = xp.empty(Q.shape[:-1] + (V.shape[-1],), dtype=dtype)  # (B, H, T, Dv)
     lse = xp.empty(Q.shape[:-1] + (1,), dtype=dtype)  # (B, H, T, 1)
-    seed = int(rng.integers(0, 2**62)) if rng is not None and p_drop > 0.0 else None
+    on = rng is not None and p_drop > 0.0
+    replay = device.fork(rng) if on else None  # the masks are drawn again from this copy
     Kt = K.swapaxes(-1, -2)  # (B, H, Dh, S)
-    for b, i0 in enumerate(range(0, T, block)):
+    for i0 in range(0, T, block):
         i1 = min(i0 + block, T)
         mb = _mask_rows(mask, i0, i1)
         Z = Q[..., i0:i1, :] @ Kt  # (B, H, M, S)
         Z *= scale
         lse[..., i0:i1, :] = _log_sum_exp(Z, mb)
-        block_rng = _block_rng(seed, b) if seed is not None else None
-        O[..., i0:i1, :], _ = attention_core_forward(Z, V, mb, p_drop, block_rng)
-    return O, BlockwiseAttentionCache(Q, K, V, mask, lse, block, scale, p_drop, seed)
+        O[..., i0:i1, :], _ = attention_core_forward(Z, V, mb, p_drop, rng if on else None)
+    return O, BlockwiseAttentionCache(Q, K, V, mask, lse, block, scale, p_drop, replay)
 
 
-def _recomputed_core(cache: BlockwiseAttentionCache, b: int, i0: int, i1: int):
-    """Block ``b``'s core cache, rebuilt: ``P = exp(s Q_b K^T - L_b)`` (masked entries
-    0, exactly the forward's probabilities) and, with dropout, its mask drawn again."""
+def _recomputed_core(cache: BlockwiseAttentionCache, i0: int, i1: int, replay):
+    """The core cache of the block of rows ``i0:i1``, rebuilt: ``P = exp(s Q_b K^T - L_b)``
+    (masked entries 0, exactly the forward's probabilities) and, with dropout, its mask
+    drawn again from ``replay`` (the blocks are visited in the forward's order)."""
     P = cache.Q[..., i0:i1, :] @ cache.K.swapaxes(-1, -2)  # (B, H, M, S): the scores again
     P *= cache.scale
     mb = _mask_rows(cache.mask, i0, i1)
@@ -115,8 +113,8 @@ def _recomputed_core(cache: BlockwiseAttentionCache, b: int, i0: int, i1: int):
         P = xp.where(mb, P, -xp.inf)
     P = xp.exp(P - cache.lse[..., i0:i1, :])
     drop = DropoutCache(None)
-    if cache.seed is not None:
-        drop = dropout_mask(P.shape, cache.p_drop, _block_rng(cache.seed, b), P.dtype)
+    if replay is not None:
+        drop = dropout_mask(P.shape, cache.p_drop, replay, P.dtype)
     return AttentionCoreCache(SoftmaxCache(P), dropout_backward(P, drop), drop, cache.V)
 
 
@@ -132,9 +130,10 @@ def blockwise_attention_backward(dO, cache: BlockwiseAttentionCache):
     dQ = xp.empty(Q.shape, dtype=dO.dtype)
     dK = xp.zeros(K.shape, dtype=dO.dtype)
     dV = xp.zeros(V.shape, dtype=dO.dtype)
-    for b, i0 in enumerate(range(0, T, cache.block)):
+    replay = None if cache.replay is None else device.fork(cache.replay)
+    for i0 in range(0, T, cache.block):
         i1 = min(i0 + cache.block, T)
-        core = _recomputed_core(cache, b, i0, i1)
+        core = _recomputed_core(cache, i0, i1, replay)
         dZ, dV_b = attention_core_backward(dO[..., i0:i1, :], core)
         dV += dV_b
         dZ *= cache.scale

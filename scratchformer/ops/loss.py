@@ -23,14 +23,21 @@ class LossCache(NamedTuple):
     target: object  # (N...) int target ids
     keep: object  # (N...) bool, target != pad
     eps: float  # label smoothing
-    n_tokens: int  # number of non-pad targets, the normaliser
-    nll_sum: float  # sum of -lp[y] over non-pad targets (for perplexity)
+    # The two sums stay arrays of the backend (0-d): reading them on the host would stall
+    # a GPU at every step; a caller reads them when it reports them.
+    n_tokens: object  # 0-d int: the number of non-pad targets, the normaliser
+    nll_sum: object  # 0-d float: the sum of -lp[y] over non-pad targets (for perplexity)
     V: int  # vocabulary size, the last axis of the scores
     dtype: object  # dtype of the scores
     P: object  # (N..., V) softmax probabilities (fused form only, else None)
     # [bool] for an implementation whose backward writes dlogits over P: True once it
     # has (the cache then serves no second backward); None: P is never overwritten
     spent: object = None
+
+
+def _at_least_1(n, dtype):
+    """``max(n, 1)`` of a 0-d count, as ``dtype`` (no empty batch divides by 0)."""
+    return xp.maximum(n, 1).astype(dtype)
 
 
 def _smoothing_weights(V: int, eps: float):
@@ -56,14 +63,14 @@ def label_smoothed_nll_forward(lprobs, target, eps: float = 0.0, pad_id: int | N
     _check(lprobs, target)
     off, on = _smoothing_weights(lprobs.shape[-1], eps)
     keep = xp.ones(target.shape, dtype=bool) if pad_id is None else target != pad_id
-    n_tokens = int(keep.sum())
+    n_tokens = keep.sum()  # 0-d
     nll = -xp.take_along_axis(lprobs, target[..., None], axis=-1)[..., 0]  # (N...)
     per_token = on * nll
     if eps:
         per_token = per_token - off * lprobs.sum(axis=-1)
     per_token = per_token * keep
-    loss = per_token.sum() / max(n_tokens, 1)
-    nll_sum = float((nll * keep).sum())
+    loss = per_token.sum() / _at_least_1(n_tokens, lprobs.dtype)
+    nll_sum = (nll * keep).sum()
     return loss, LossCache(
         target, keep, eps, n_tokens, nll_sum, lprobs.shape[-1], lprobs.dtype, None
     )
@@ -78,7 +85,8 @@ def _dscores_minus_q(base, cache: LossCache, dout, out=None):
     target, keep, eps, n_tokens = cache.target, cache.keep, cache.eps, cache.n_tokens
     off, on = _smoothing_weights(cache.V, eps)
     V = cache.V
-    r = (keep.reshape(-1, 1) * (dout / max(n_tokens, 1))).astype(cache.dtype)  # (N, 1)
+    r = keep.reshape(-1, 1) * (dout / _at_least_1(n_tokens, xp.float64))
+    r = r.astype(cache.dtype)  # (N, 1)
     d = xp.multiply(base.reshape(-1, V), r, out=None if out is None else out.reshape(-1, V))
     if eps:
         d -= off * r  # subtract q: off everywhere ...
@@ -129,9 +137,9 @@ def cross_entropy_forward(logits, target, eps: float = 0.0, pad_id: int | None =
         per_token = per_token + off * (V * lse - sum_z)
     keep = xp.ones(target.shape, dtype=bool) if pad_id is None else target != pad_id
     keep_flat = keep.reshape(-1)
-    n_tokens = int(keep_flat.sum())
-    loss = (per_token * keep_flat).sum() / max(n_tokens, 1)
-    nll_sum = float((nll * keep_flat).sum())
+    n_tokens = keep_flat.sum()  # 0-d
+    loss = (per_token * keep_flat).sum() / _at_least_1(n_tokens, logits.dtype)
+    nll_sum = (nll * keep_flat).sum()
     P = e.reshape(logits.shape)  # (N..., V)
     return loss.astype(logits.dtype), LossCache(
         target, keep, eps, n_tokens, nll_sum, V, logits.dtype, P

@@ -44,9 +44,10 @@ def teacher_forced(model, batches, eps_ls: float, pad_id: int | None, prediction
         logits, _ = model.forward(*(backend.asarray(a) for a in b.inputs))
         targets = backend.asarray(b.targets)
         loss, lc = cross_entropy_forward(logits, targets, eps_ls, pad_id)
-        loss_sum += float(loss) * lc.n_tokens
-        nll_sum += lc.nll_sum
-        n_tok += lc.n_tokens
+        n = int(lc.n_tokens)
+        loss_sum += float(loss) * n
+        nll_sum += float(lc.nll_sum)
+        n_tok += n
         pred = backend.asnumpy(logits.argmax(axis=-1))
         gold = np.asarray(b.targets)
         keep = np.ones(gold.shape, dtype=bool) if pad_id is None else gold != pad_id

@@ -155,6 +155,8 @@ class Trainer:
         self.aside_seconds = 0.0  # this process's validations and checkpoints
         self.last_checkpoint: Path | None = None
         self.window = Window()  # the sums of the next "train" record (saved for resume)
+        self.losses: list = []  # [(step, loss)] of the steps checked (``_check_steps``)
+        self.checked_step = 0  # the last step whose loss was read and checked
         self.lock = None
         self.interrupts = Interrupts(w.main)  # the run's signal handlers, while it runs
         if w.main:
@@ -234,11 +236,15 @@ class Trainer:
         return {**self.task.meta(), "train_config": self.cfg.to_dict()}
 
     def save(self) -> Path:
-        """Checkpoint the run (rank 0 writes); never of a non-finite state (see
-        ``nonfinite_state``) nor of ranks whose parameters differ."""
+        """Checkpoint the run (rank 0 writes); never of a non-finite state (the losses of
+        the steps since the last check, ``nonfinite_state``) nor of ranks whose
+        parameters differ."""
+        since = self.checked_step
+        self._check_steps()
         bad = nonfinite_state(self.optimizer)
         if bad:
-            self._diverged(self.step, bad)
+            self.checked_step = since  # it happened at some step after the last check
+            self._diverged(bad)
         self.world.check_equal(self.flat.params, "parameters")
         if not self.world.main:
             self.last_checkpoint = self.ckpt_dir / checkpoint_name(self.step)
@@ -277,12 +283,9 @@ class Trainer:
         batches = [self.next_batch() for _ in range(cfg.train.accum_steps)]
         r = self.world.rank
         rngs = [device.generator(dropout_seed(cfg.seed, s, i, r)) for i in range(len(batches))]
+        # loss, nll and the norm stay on the device: read at the next record or save
         loss, nll, _, tokens = accumulate_gradients(self.model, batches, rngs, self.world)
-        if not math.isfinite(loss):
-            self._diverged(s, f"the training loss is {loss}")
         grad_norm = clip_grad_norm(self.flat.grads, cfg.optim.clip_norm)
-        if not math.isfinite(grad_norm):
-            self._diverged(s, f"the gradient norm is {grad_norm}")
         lr = self.schedule(s)
         with backend.np.errstate(over="ignore", invalid="ignore"):  # reported by save/loss
             self.optimizer.step(lr)
@@ -297,14 +300,35 @@ class Trainer:
             "tokens": tokens,
         }
 
-    def _diverged(self, step: int, what: str):
+    def _check_steps(self) -> list:
+        """Read the losses of the steps since the last check (one transfer; see
+        ``Window.flush``) and stop the run if one, or the last gradient norm, is not
+        finite. Returns them, ``[(step, loss, nll, norm)]``; the run's ``losses`` grow by
+        them."""
+        read = self.window.flush(self.world)
+        self.losses += [(s, loss) for s, loss, _, _ in read]
+        for s, loss, _, norm in read:
+            if not math.isfinite(loss):
+                self._diverged(f"the training loss is {loss}", s)
+            if not math.isfinite(norm):
+                self._diverged(f"the gradient norm is {norm}", s)
+        self.checked_step = self.step
+        return read
+
+    def _diverged(self, what: str, step: int | None = None):
+        """Stop: ``what`` is not finite at ``step``, or (None) at a step after the last
+        check, which ran when a record was logged or a checkpoint saved."""
         last = (
             f"the last good checkpoint is {self.last_checkpoint} (continue with --resume)"
             if self.last_checkpoint
             else "no checkpoint was written yet"
         )
-        msg = f"training stopped at step {step}: {what} (not finite); {last}"
-        self.log({"kind": "error", "step": step, "message": msg})
+        if step is None and self.step > self.checked_step + 1:
+            at = f"between steps {self.checked_step + 1} and {self.step}"
+        else:
+            at = f"at step {self.step if step is None else step}"
+        msg = f"training stopped {at}: {what} (not finite); {last}"
+        self.log({"kind": "error", "step": self.step if step is None else step, "message": msg})
         raise TrainingDiverged(msg)
 
     # -- the run -----------------------------------------------------------------------------
@@ -386,9 +410,12 @@ class Trainer:
 
     def _loop(self, t_start: float):
         """Steps until ``train.steps`` or the time limit; ``(losses, valid records, why it
-        stopped early or "")``."""
+        stopped early or "")``. Nothing of a step is read back from the device here: its
+        loss is read, with the others since the last record, when the next one is made
+        (or a checkpoint saved), and so is the progress bar's."""
         t = self.cfg.train
-        losses, valid, stopped = [], [], ""
+        valid, stopped = [], ""
+        self.losses, self.checked_step = [], self.step
         self.tokens_seen_here, self.aside_seconds = 0, 0.0
         window = self.window
         bar = tqdm(
@@ -403,16 +430,8 @@ class Trainer:
                 rec = self.train_step()
                 s = self.step
                 self.tokens_seen_here += rec["tokens"]
-                losses.append((s, rec["loss"]))
                 window.add(rec)
                 bar.update(1)
-                bar.set_postfix(
-                    loss=f"{rec['loss']:.3f}",
-                    **({"nll": f"{rec['nll']:.3f}"} if self.smoothed else {}),
-                    lr=f"{rec['lr']:.2e}",
-                    tok_s=f"{window.tokens_per_s():,.0f}",
-                    refresh=False,
-                )
                 time_up = bool(t.time_limit) and time.perf_counter() - t_start >= t.time_limit
                 # every rank stops after the same step: a signal any rank received, or
                 # rank 0's clock
@@ -436,7 +455,7 @@ class Trainer:
                     break
         finally:
             bar.close()
-        return losses, valid, stopped
+        return self.losses, valid, stopped
 
     def _step_end(self, s: int, rec: dict, last: bool, bar, valid: list, t_start: float):
         """What the end of step ``s`` writes: its "train" record every ``log_every``
@@ -445,10 +464,18 @@ class Trainer:
         t = self.cfg.train
         window = self.window
         if (t.log_every and s % t.log_every == 0) or last:
+            self._check_steps()
             r = window.record(s, self.epoch, rec, self.tokens_seen)
             # wall time since the run began (before a resume too)
             r["elapsed"] = self.seconds_before + time.perf_counter() - t_start
             self.log(r)
+            bar.set_postfix(
+                loss=f"{r['loss']:.3f}",
+                **({"nll": f"{r['nll']:.3f}"} if self.smoothed else {}),
+                lr=f"{r['lr']:.2e}",
+                tok_s=f"{r['tokens_per_s']:,.0f}",
+                refresh=False,
+            )
             if not self.progress:
                 self._line(bar, report.train_line(r, t.steps, self.smoothed))
             self.window = Window()

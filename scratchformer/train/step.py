@@ -8,6 +8,7 @@ import math
 import time
 
 from scratchformer import backend
+from scratchformer.backend import xp
 from scratchformer.errors import ScratchformerError
 
 
@@ -41,7 +42,13 @@ def accumulate_gradients(model, batches, rngs=None, world=None) -> tuple[float, 
     is empty, and it adds nothing.
 
     ``rngs``: one dropout generator per micro-batch, or None (dropout off).
-    Returns ``(mean loss, mean NLL per target, n, tokens)`` of the union.
+
+    Nothing is read back from the device: the batches are host arrays (the model checks
+    and moves them), their counts come from the host (``n_targets``), and the losses stay
+    on the device. Returns ``(loss, nll, n, tokens)``: the union's mean loss and mean NLL
+    per target as float64 0-d arrays of the backend (with several ranks, this rank's
+    part of each: their sum over the ranks is the mean), n and tokens host integers over
+    every rank.
     """
     flat = model.flatten()
     flat.grads.fill(0)
@@ -51,18 +58,16 @@ def accumulate_gradients(model, batches, rngs=None, world=None) -> tuple[float, 
         if b is None:
             continue
         rng = rngs[i] if rngs is not None else None
-        arrays = [backend.asarray(a) for a in (*b.inputs, b.targets)]
-        loss, cache = model.loss_forward(*arrays, rng=rng)
-        n = cache.loss.n_tokens
+        loss, cache = model.loss_forward(*b.inputs, b.targets, rng=rng)
+        n = b.n_targets
         model.loss_backward(cache, dloss=float(n))  # the gradient of the summed loss
-        loss_sum += float(loss) * n
-        nll_sum += cache.loss.nll_sum
+        loss_sum = loss_sum + loss.astype(xp.float64) * n  # float64, as a host sum would be
+        nll_sum = nll_sum + cache.loss.nll_sum.astype(xp.float64)
         n_total += n
         tokens += b.n_tokens
     if world is not None:
         world.sum_(flat.grads)
-        loss_sum, nll_sum, n_total, tokens = world.sum_floats([loss_sum, nll_sum, n_total, tokens])
-        n_total, tokens = int(n_total), int(tokens)
+        n_total, tokens = (int(v) for v in world.sum_floats([n_total, tokens]))
     if n_total == 0:
         raise ScratchformerError("the micro-batches hold no targets")
     flat.grads *= 1.0 / n_total
@@ -78,11 +83,14 @@ def dropout_seed(seed: int, step: int, micro: int, rank: int = 0) -> int:
 
 
 class Window:
-    """Running sums over the steps between two "train" records of the metrics log.
+    """The steps between two "train" records of the metrics log.
 
-    A checkpoint saves the sums (``state``) and a resumed run starts from them
-    (``Window(state)``): when checkpoints fall between two records, the next record
-    then averages the same steps as in a run that was never stopped.
+    Each step's loss and NLL stay on the device (``add``) until the record needs them:
+    ``flush`` reads the pending ones back in one transfer (with several ranks, sums the
+    ranks' parts), adds them to the window's host sums and returns them per step. A
+    checkpoint saves the host sums (``state``, after a flush) and a resumed run starts
+    from them (``Window(state)``): when checkpoints fall between two records, the next
+    record then averages the same steps as in a run that was never stopped.
     """
 
     def __init__(self, state: dict | None = None):
@@ -95,23 +103,45 @@ class Window:
             raise ScratchformerError(
                 f"the checkpoint's train_state.window is not valid ({state!r:.80})"
             ) from None
+        self.pending = []  # [(step, loss, nll, gradient norm)] on the device, not read yet
         self.tokens = 0  # of this process's steps alone: tokens/s is this process's speed
         self.t0 = time.perf_counter()
 
     def state(self) -> dict:
-        """The sums the record averages (JSON numbers: a float's repr reads back exactly)."""
+        """The sums the record averages (JSON numbers: a float's repr reads back exactly);
+        ``flush`` first."""
         return {"loss": self.loss, "nll": self.nll, "steps": self.steps}
 
     def add(self, rec: dict) -> None:
-        self.loss += rec["loss"]
-        self.nll += rec["nll"]
+        self.pending.append((rec["step"], rec["loss"], rec["nll"], rec["grad_norm"]))
         self.tokens += rec["tokens"]
-        self.steps += 1
+
+    def flush(self, world=None) -> list[tuple[int, float, float, float]]:
+        """Read the pending steps' losses, NLLs and gradient norms (one transfer; the
+        losses summed over the ranks, the norm being the same on each) into the host
+        sums; returns them, ``[(step, loss, nll, gradient norm)]``."""
+        if not self.pending:
+            return []
+        steps = [p[0] for p in self.pending]
+        values = xp.stack([xp.asarray(v, dtype=xp.float64) for p in self.pending for v in p[1:]])
+        values = backend.asnumpy(values).reshape(len(steps), 3)
+        losses = [float(v) for v in values[:, :2].reshape(-1)]
+        if world is not None:
+            losses = world.sum_floats(losses)
+        self.pending = []
+        read = [
+            (s, losses[2 * i], losses[2 * i + 1], float(values[i, 2])) for i, s in enumerate(steps)
+        ]
+        self.loss += sum(r[1] for r in read)
+        self.nll += sum(r[2] for r in read)
+        self.steps += len(read)
+        return read
 
     def tokens_per_s(self) -> float:
         return self.tokens / max(time.perf_counter() - self.t0, 1e-9)
 
     def record(self, step: int, epoch: int, rec: dict, tokens_seen: int) -> dict:
+        """The "train" record of the window (``flush`` first)."""
         return {
             "kind": "train",
             "step": step,
@@ -120,7 +150,7 @@ class Window:
             "nll": self.nll / self.steps,  # without label smoothing: ppl = exp(nll)
             "ppl": math.exp(min(self.nll / self.steps, 700.0)),
             "lr": rec["lr"],
-            "grad_norm": rec["grad_norm"],  # before clipping, of the last step
+            "grad_norm": float(rec["grad_norm"]),  # before clipping, of the last step
             "tokens_per_s": self.tokens_per_s(),
             "tokens_seen": tokens_seen,
         }

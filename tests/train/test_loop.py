@@ -194,10 +194,14 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
 
 
 def test_inf_gradient_stops_training(tmp_path, monkeypatch):
+    """The norm stays on the device; it is read with the loss at the next record (or save)
+    and the stop names the step it was not finite at."""
     tr = Trainer(small_config(tmp_path), progress=False, echo=quiet)
-    monkeypatch.setattr("scratchformer.train.loop.clip_grad_norm", lambda g, m: float("inf"))
+    monkeypatch.setattr(
+        "scratchformer.train.loop.clip_grad_norm", lambda g, m: B.asarray(float("inf"))
+    )
     with pytest.raises(TrainingDiverged, match="step 1: the gradient norm is inf.*no checkpoint"):
-        tr.train_step()
+        tr.run(final_eval=False)
 
 
 # -- logs, outputs, final evaluation ------------------------------------------------------------

@@ -46,6 +46,7 @@ class TaskBatch(NamedTuple):
     inputs: tuple  # host int64 arrays, what the model's forward takes: (src, tgt_in) or (ids,)
     targets: object  # host int64 (B, T) next tokens (pad where none) or (B,) labels
     n_tokens: int  # tokens this batch counts for tokens/s
+    n_targets: int  # targets its loss counts (the normaliser), known on the host
 
 
 def check_settings(obj, section: str = "task") -> None:

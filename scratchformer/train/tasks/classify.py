@@ -89,7 +89,7 @@ class ClassifyTask(Task):
         rows = [self.examples(split)[i] for i in indices]
         x = pad_rows([r for r, _ in rows], self.model_config.pad_id)
         y = np.asarray([lab for _, lab in rows], dtype=np.int64)
-        return TaskBatch((x,), y, int((x != self.model_config.pad_id).sum()))
+        return TaskBatch((x,), y, int((x != self.model_config.pad_id).sum()), len(y))
 
     def evaluate(self, model, split, max_tokens, limit=0, predictions=False, progress=None):
         """Accuracy, the two baselines (see the module doc) and each class's recall."""

@@ -82,7 +82,8 @@ class LMTask(Task):
         rows = [self.examples(split)[i] for i in indices]
         pad = self.model_config.pad_id
         y = pad_rows([y for _, y in rows], pad)
-        return TaskBatch((pad_rows([x for x, _ in rows], pad),), y, int((y != pad).sum()))
+        n = int((y != pad).sum())
+        return TaskBatch((pad_rows([x for x, _ in rows], pad),), y, n, n)
 
     def evaluate(self, model, split, max_tokens, limit=0, predictions=False, progress=None):
         """Also bits per character: the NLL per predicted character / ln 2."""

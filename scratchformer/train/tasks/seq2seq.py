@@ -27,7 +27,7 @@ from scratchformer.train.tasks.base import Task, TaskBatch, check_decoding, chec
 def pair_batch(pairs, indices) -> TaskBatch:
     """The ``TaskBatch`` of the (source ids, target ids) ``pairs`` at ``indices``."""
     b = collate([pairs[i] for i in indices], indices=indices)
-    return TaskBatch((b.src, b.tgt_in), b.tgt_out, b.n_tokens)
+    return TaskBatch((b.src, b.tgt_in), b.tgt_out, b.n_tokens, b.n_tokens)
 
 
 def pair_batches(pairs, max_tokens: int, progress=None):

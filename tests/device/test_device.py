@@ -1,0 +1,103 @@
+"""The device primitives: segment sums (repeated indices add up, the same bits on every
+run, a float64 sum within rounding for any order of the rows) and the counter-based
+generator (its draws depend on the seed and the count alone; a fork replays them)."""
+
+import numpy as np
+import pytest
+
+from scratchformer import backend as B
+from scratchformer import device
+from scratchformer.device.counter import CounterGenerator, mix, mix_host
+
+pytestmark = pytest.mark.usefixtures("backend")
+
+
+# -- segment sums ---------------------------------------------------------------------------
+def test_repeated_indices_add_up():
+    """out[idx] += v keeps one of the repeated rows; a segment sum keeps them all."""
+    idx = B.asarray(np.array([3, 1, 3, 3, 0]))
+    vals = B.asarray(np.arange(10, dtype=np.float64).reshape(5, 2))
+    expected = np.zeros((5, 2))
+    np.add.at(expected, [3, 1, 3, 3, 0], np.arange(10.0).reshape(5, 2))
+    np.testing.assert_array_equal(B.asnumpy(device.segment_sum(idx, vals, 5)), expected)
+
+
+def test_no_rows_give_zeros():
+    out = device.segment_sum(B.asarray(np.zeros(0, np.int64)), B.asarray(np.zeros((0, 2))), 3)
+    np.testing.assert_array_equal(B.asnumpy(out), np.zeros((3, 2)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_same_bits_every_run_and_a_float64_sum_within_rounding(dtype):
+    """Many repeats of a few ids (an embedding gradient's worst case): ten runs give the
+    same bits; any permutation of the rows gives a float64-exact sum within rounding."""
+    r = np.random.default_rng(0)
+    N, K, D = 600, 40, 7
+    ids = r.integers(0, K, N)
+    ids[:200] = 3
+    vals = r.standard_normal((N, D)) * np.exp(r.uniform(-3, 3, (N, 1)))
+    exact = np.zeros((K, D))
+    np.add.at(exact, ids, vals)  # float64 reference
+    first = B.asnumpy(device.segment_sum(B.asarray(ids), B.asarray(vals.astype(dtype)), K))
+    for _ in range(10):
+        again = device.segment_sum(B.asarray(ids), B.asarray(vals.astype(dtype)), K)
+        assert np.array_equal(B.asnumpy(again), first)
+    tol = 1e-5 if dtype == np.float32 else 1e-13
+    for seed in range(3):
+        p = np.random.default_rng(seed).permutation(N)
+        got = device.segment_sum(B.asarray(ids[p]), B.asarray(vals[p].astype(dtype)), K)
+        err = np.abs(B.asnumpy(got) - exact).max() / np.abs(exact).max()
+        assert err < tol, err
+
+
+# -- the counter-based generator ---------------------------------------------------------------
+def test_mix_is_the_same_on_the_host_and_on_arrays():
+    words = [0, 1, 2**63 + 5, 2**64 - 1, 0x9E3779B97F4A7C15]
+    got = B.asnumpy(mix(B.asarray(np.array(words, dtype=np.uint64))))
+    assert [int(w) for w in got] == [mix_host(w) for w in words]
+
+
+def test_draws_depend_on_the_seed_and_the_count_alone():
+    """Two generators of one seed draw the same numbers however the draws are cut into
+    calls; another seed draws others; a fork continues the stream."""
+    a, b = CounterGenerator(7), CounterGenerator(7)
+    whole = B.asnumpy(a.random((4, 5), dtype=np.float64))
+    parts = [B.asnumpy(b.random(n, dtype=np.float64)) for n in (3, 9, 8)]
+    np.testing.assert_array_equal(whole.reshape(-1), np.concatenate(parts))
+    assert not np.array_equal(whole, B.asnumpy(CounterGenerator(8).random((4, 5))))
+    fork = a.fork()
+    np.testing.assert_array_equal(B.asnumpy(a.random(6)), B.asnumpy(fork.random(6)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_uniform_floats_in_the_unit_interval(dtype):
+    x = B.asnumpy(CounterGenerator(1).random(200_000, dtype=dtype))
+    assert x.dtype == dtype and x.min() >= 0.0 and x.max() < 1.0
+    assert abs(x.mean() - 0.5) < 0.005 and abs(x.var() - 1 / 12) < 0.002
+    assert abs((x < 0.1).mean() - 0.1) < 0.003  # a dropout mask keeps what it should
+    # neighbouring draws are not correlated
+    assert abs(np.corrcoef(x[:-1], x[1:])[0, 1]) < 0.01
+
+
+def test_a_scalar_integer_is_drawn_on_the_host():
+    g = CounterGenerator(3)
+    seed = g.integers(0, 2**62)
+    assert isinstance(seed, int) and 0 <= seed < 2**62
+    arr = g.integers(2, 9, size=(1000,))
+    assert B.asnumpy(arr).min() >= 2 and B.asnumpy(arr).max() < 9
+
+
+def test_the_numpy_default_is_pcg64_and_the_counter_generator_is_asked_for():
+    gen = device.generator(5)
+    if B.backend_name() == "numpy":
+        assert isinstance(gen, np.random.Generator)
+    else:
+        assert isinstance(gen, CounterGenerator)
+    assert isinstance(device.generator(5, counter=True), CounterGenerator)
+
+
+def test_a_fork_of_numpys_generator_replays_it_without_seeding():
+    g = device.generator(11)
+    g.random(5)
+    f = device.fork(g)
+    np.testing.assert_array_equal(B.asnumpy(g.random(7)), B.asnumpy(f.random(7)))
