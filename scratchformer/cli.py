@@ -201,10 +201,10 @@ def _report(command: str, e: Exception) -> int:
     if isinstance(e, (ScratchformerError, OSError, RuntimeError)):
         print(f"scratchformer {command}: error: {e}", file=sys.stderr)
         return 2
-    if isinstance(e, MemoryError):
+    if isinstance(e, MemoryError):  # every request is estimated first: this one fell short
         print(
-            f"scratchformer {command}: error: out of memory (lower the batch, the beam, "
-            "the number of samples or the length)",
+            f"scratchformer {command}: error: out of memory: the model, or what was asked of "
+            "it (batch, beam, samples, length), is more than this machine can hold",
             file=sys.stderr,
         )
         return 2

@@ -17,6 +17,7 @@ import pytest
 
 from scratchformer import distributed
 from scratchformer.checkpoint import load_checkpoint
+from scratchformer.train.limits import cores
 
 #: how long a job may take to end after one of its ranks was killed or failed
 END_LIMIT = 30
@@ -45,6 +46,8 @@ def mpi():
         pytest.skip(f"no MPI here ({distributed.EXTRA})")
     if not Path("/proc/self/environ").exists():
         pytest.skip("finding a rank's process needs /proc")
+    if cores() < 2:
+        pytest.skip("--ranks 2 needs two cores (at most one process per core)")
     probe = [mpiexec, "-n", "2", sys.executable, "-c", "from mpi4py import MPI"]
     p = subprocess.run(probe, capture_output=True, text=True, env=ENV, timeout=60)
     if p.returncode != 0:

@@ -37,6 +37,7 @@ from scratchformer.train.config import (
     set_dotted,
 )
 from scratchformer.train.interrupts import before_training, resume_advice
+from scratchformer.train.limits import check_ranks
 
 #: flag (its argparse name) -> the setting it sets
 FLAGS = {
@@ -196,6 +197,7 @@ def resolve_config(args) -> tuple[TrainConfig, str | None]:
 def run(args) -> int:
     started = distributed.launched_size()
     if args.ranks > 1 and started == 1:
+        check_ranks(args.ranks)  # before mpiexec starts a process
         return distributed.launch(args.ranks, args.argv)
     if args.ranks > 1 and started != args.ranks:
         raise ConfigError(f"--ranks {args.ranks}, but the MPI launcher started {started} processes")

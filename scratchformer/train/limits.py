@@ -60,6 +60,27 @@ def check_training_memory(spec: dict, config, tokens: int, processes: int = 1) -
     )
 
 
+def cores() -> int:
+    """The processor cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def check_ranks(ranks: int) -> None:
+    """``--ranks N`` starts N processes on this machine: at most one per core (more would
+    only share the cores, each holding the whole model); refused in one line before
+    mpiexec starts anything. Several machines: start the job with mpiexec itself."""
+    have = cores()
+    if ranks > have:
+        raise ConfigError(
+            f"--ranks {ranks} would start {ranks} processes on this machine, which has "
+            f"{have} cores: give at most --ranks {have} (for several machines, start the "
+            "job with mpiexec and a host file)"
+        )
+
+
 def check_accumulation(accum_steps: int, batches_per_epoch: int) -> None:
     """A step of more micro-batches than the training data holds would see examples
     several times within one step: refused, naming both counts."""
@@ -71,4 +92,11 @@ def check_accumulation(accum_steps: int, batches_per_epoch: int) -> None:
         )
 
 
-__all__ = ["MODEL_ADVICE", "check_accumulation", "check_training_memory", "local_processes"]
+__all__ = [
+    "MODEL_ADVICE",
+    "check_accumulation",
+    "check_ranks",
+    "check_training_memory",
+    "cores",
+    "local_processes",
+]

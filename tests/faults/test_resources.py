@@ -9,6 +9,8 @@ written a chunk of lines at a time (``--chunk-size``, default ``CHUNK_SIZE``), s
 - the peak memory does not grow with the length of the input (slow: 200,000 lines).
 """
 
+import json
+import os
 import queue
 import random
 import subprocess
@@ -16,6 +18,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 from task_data import TINY_RUN
 
@@ -276,3 +279,135 @@ def test_requests_that_fit_are_not_refused(reverse_model, tmp_path, capsys):
     argv = ["translate", "--checkpoint", str(reverse_model[0]), "--input", str(src)]
     assert main([*argv, "--beam", "64"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+# -- the model's own size, before any parameter exists ---------------------------------------
+@pytest.fixture
+def allocations(monkeypatch):
+    """The parameters allocated while the test runs (their names): a request refused by
+    its estimate allocates none (shapes read by declaring them do not count)."""
+    from scratchformer.nn.module import Declared, Module
+
+    made, real = [], Module.add_parameter
+
+    def add_parameter(self, name, value):
+        if not isinstance(value, Declared):
+            made.append(name)
+        return real(self, name, value)
+
+    monkeypatch.setattr(Module, "add_parameter", add_parameter)
+    return made
+
+
+def test_a_gradient_check_of_a_huge_model_is_refused_before_any_parameter(refused, allocations):
+    argv = ["gradcheck", "--preset", "base", "--directions", "1", "--layers", "100000"]
+    line = refused(argv, "a gradient check of a Transformer of 735 G parameters (N 100000 + ")
+    assert "would need about" in line and "lower --layers" in line
+    assert allocations == []
+
+
+def test_a_checkpoint_declaring_a_huge_model_is_refused_before_any_parameter(
+    tiny_checkpoint, tmp_path, refused, allocations
+):
+    """A 100 KB file whose config says N = 100000: its few arrays cannot be that model's,
+    which is known from the declared parameter count, in no time."""
+    with np.load(tiny_checkpoint, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(arrays.pop("__meta__").tobytes())
+    header["config"]["N"] = header["config"]["N_dec"] = 100_000
+    path = tmp_path / "checkpoint_2.npz"
+    blob = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+    np.savez(path, **arrays, __meta__=blob)
+    src = tmp_path / "src.txt"
+    src.write_text("abc\n", encoding="utf-8")
+    t0 = time.perf_counter()
+    line = refused(["translate", "--checkpoint", str(path), "--input", str(src)], str(path))
+    assert "parameters do not match the model its config describes" in line
+    assert "(N 100000 + 100000," in line and time.perf_counter() - t0 < 5
+    assert allocations == []
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--preset", "small", "--samples", "0"], "check fewer entries (--samples)"),
+        (["--directions", "1000000000"], "check fewer --directions"),
+    ],
+    ids=["every-entry-of-small", "a-billion-directions"],
+)
+def test_a_gradient_check_longer_than_an_hour_needs_force(refused, argv, says):
+    line = refused(["gradcheck", *argv], "this check would take about", says)
+    assert "forward passes of" in line and "--force" in line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--norm", "post"], ["--explain", "embed.E"], ["--directions", "1", "--norm", "pre"]],
+    ids=["entries", "explain", "directions"],
+)
+def test_every_kind_of_check_is_timed_and_runs_with_force(refused, capsys, monkeypatch, argv):
+    """With a limit of a millisecond, each check is refused, and --force runs it."""
+    monkeypatch.setattr("scratchformer.commands.gradcheck.TIME_LIMIT", 1e-3)
+    refused(["gradcheck", *argv, "--samples", "2"], "this check would take about", "--force")
+    assert main(["gradcheck", *argv, "--samples", "2", "--force", "--no-progress"]) == 0
+    assert "estimated time: about" in capsys.readouterr().out
+
+
+def test_a_gradient_check_prints_its_estimated_time(capsys):
+    assert main(["gradcheck", "--norm", "post", "--samples", "2", "--no-progress"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("estimated time: about ") and "forward passes of" in first
+
+
+def test_an_empty_explain_names_no_parameter(refused):
+    refused(["gradcheck", "--explain", ""], "this model has no parameter ''")
+
+
+def test_a_run_whose_model_cannot_fit_names_the_model(tmp_path, refused, allocations):
+    run = tmp_path / "run"
+    argv = ["train", *TINY_RUN, "--run-dir", str(run), "--set", "model.N=1000000000"]
+    refused(argv, "training a Transformer of", "the model is too large: lower model.N")
+    assert allocations == [] and not run.exists()
+
+
+def test_a_run_whose_batch_cannot_fit_names_the_batch(tmp_path, refused, little_memory):
+    run = tmp_path / "run"
+    argv = ["train", *TINY_RUN, "--run-dir", str(run), "--max-tokens", "10000000"]
+    refused(argv, "on micro-batches of 10000000 tokens", "lower train.max_tokens")
+
+
+def test_more_micro_batches_a_step_than_the_data_holds_are_refused(tmp_path, refused):
+    run = tmp_path / "run"
+    argv = ["train", *TINY_RUN, "--run-dir", str(run), "--accum-steps", "1000000000"]
+    refused(argv, "train.accum_steps = 1000000000 is more micro-batches per step than the")
+    assert not (run / "checkpoints").exists()
+
+
+@pytest.fixture
+def stand_in_mpiexec(tmp_path, monkeypatch):
+    """An ``mpiexec`` that only writes down how it was called, on the PATH and found as
+    the launcher: no real one ever starts here."""
+    from scratchformer import distributed
+
+    bin_dir, log = tmp_path / "bin", tmp_path / "mpiexec.log"
+    bin_dir.mkdir()
+    fake = bin_dir / "mpiexec"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {log}\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(distributed, "find_mpiexec", lambda: str(fake))
+    monkeypatch.setattr(distributed, "missing_mpi4py", lambda: False)
+    return log
+
+
+def test_more_ranks_than_cores_are_refused_before_mpiexec_starts(stand_in_mpiexec, refused):
+    from scratchformer.train.limits import cores
+
+    line = refused(["train", *TINY_RUN, "--ranks", "100000"], "--ranks 100000 would start")
+    assert f"which has {cores()} cores" in line
+    assert not stand_in_mpiexec.exists()  # never called
+
+
+def test_ranks_within_the_cores_are_handed_to_mpiexec(stand_in_mpiexec, capsys):
+    assert main(["train", *TINY_RUN, "--ranks", "2"]) == 0
+    assert stand_in_mpiexec.read_text().startswith("-n 2 ")
