@@ -174,7 +174,7 @@ def _forward_seconds(model) -> float:
     best = math.inf
     for i in range(4):
         t0 = time.perf_counter()
-        model.loss_forward(*batch, rng=backend.rng(0))
+        model.loss_forward(*batch, rng=device.generator(0))
         best = min(best, time.perf_counter() - t0) if i else best
     return best * FLOAT64_FACTOR
 
