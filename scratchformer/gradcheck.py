@@ -64,6 +64,11 @@ class GradCheckRow:
     total: int  # entries in the tensor
     passed: bool
     redrawn: int = 0  # directions drawn again after crossing a kink (check_directions)
+    # the entries checked, for showing which are wrong (entry checks only; None for
+    # directions): flat indices into the tensor, and the numeric and analytic values
+    indices: list | None = field(default=None, repr=False)
+    numeric: object = field(default=None, repr=False)  # host float64 (checked,)
+    analytic: object = field(default=None, repr=False)  # host float64 (checked,)
 
 
 @dataclass
@@ -175,7 +180,18 @@ def check_gradients(
         rel = rel_error(ana, num)
         abs_err = float(abs(ana - num).max()) if idx else 0.0
         report.rows.append(
-            GradCheckRow(name, tuple(x.shape), rel, abs_err, len(idx), int(x.size), rel < tol)
+            GradCheckRow(
+                name,
+                tuple(x.shape),
+                rel,
+                abs_err,
+                len(idx),
+                int(x.size),
+                rel < tol,
+                indices=idx,
+                numeric=num,
+                analytic=ana,
+            )  # fmt: skip
         )
         if progress is not None:
             progress(len(idx))
