@@ -29,6 +29,7 @@ NO_PROGRESS_HELP = (
 #: Modules that contribute sub-commands, in the order ``--help`` lists them.
 COMMANDS = [
     "scratchformer.commands.gradcheck",
+    "scratchformer.commands.exercise",
     "scratchformer.commands.train",
     "scratchformer.commands.average",
     "scratchformer.commands.translate",

@@ -12,7 +12,8 @@ The package is built in floors, each using only the ones below it (the README's
     5  models                         the Transformer, the language model, the classifier
     6  optim, data, decode            Adam and the schedule; data; decoding
     7  checkpoint, gradcheck, bleu, viz
-    8  train, distributed             the one training loop and its tasks
+    8  train, distributed, exercises  the one training loop and its tasks; data parallelism;
+                                      the exercises, graded and trained through the loop
     9  commands, cli, __main__        the command line
 
 Every import counts, inside functions too (a function-local import is no way around a
@@ -42,7 +43,7 @@ FLOORS = [
     {"models"},
     {"optim", "data", "decode"},
     {"checkpoint", "checkpoint_read", "checkpoint_fields", "gradcheck", "bleu", "viz"},
-    {"train", "distributed"},
+    {"train", "distributed", "exercises"},
     {"commands", "cli", "__main__"},
 ]
 ROOT = "(package root)"

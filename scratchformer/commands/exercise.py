@@ -1,0 +1,181 @@
+"""scratchformer exercise: learn backprop by writing it, graded by the gradient checker.
+
+scratchformer exercise list                  the exercises, in teaching order, and where
+                                             you stand on each (re-checked from your files)
+scratchformer exercise start layernorm       writes exercises/layernorm.py: the forward,
+                                             the backward's signature and docstring to fill
+scratchformer exercise check layernorm       grades it: float64 central differences on
+                                             inputs where backward passes go wrong, the
+                                             wrong entries, a known mistake named
+scratchformer exercise check                 grades every exercise file of the folder
+scratchformer exercise hint layernorm        the next hint (kept in exercises/layernorm.hints.md)
+scratchformer exercise solution layernorm    the engine's code and its derivation
+
+Your files live in exercises/ (--dir to choose): nothing is written anywhere else, a file
+of yours is never overwritten, and your progress is what checking them says.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from scratchformer.commands import plural
+from scratchformer.exercises import EXERCISES, exercise, files
+from scratchformer.exercises.grade import PASSING, grade, report
+from scratchformer.exercises.spec import DERIVATIONS, LearnerError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "exercise",
+        help="write the backward passes yourself: exercises graded by the gradient checker",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    steps = p.add_subparsers(dest="action", metavar="ACTION")
+    steps.required = True
+
+    def with_dir(q):
+        q.add_argument(
+            "--dir", default=files.DEFAULT_DIR, help="your exercises' folder (default: exercises)"
+        )
+        return q
+
+    q = with_dir(steps.add_parser("list", help="the exercises and where you stand on each"))
+    q.set_defaults(func=run_list)
+    q = with_dir(steps.add_parser("start", help="write an exercise's file into your folder"))
+    q.add_argument("name", help="the exercise (see: scratchformer exercise list)")
+    q.set_defaults(func=run_start)
+    q = with_dir(steps.add_parser("check", help="grade exercises (default: every file started)"))
+    q.add_argument("targets", nargs="*", metavar="NAME|FILE", help="exercise names or files")
+    q.set_defaults(func=run_check)
+    q = with_dir(steps.add_parser("hint", help="the next hint of an exercise"))
+    q.add_argument("name")
+    q.set_defaults(func=run_hint)
+    q = steps.add_parser("solution", help="the engine's code of an exercise and its derivation")
+    q.add_argument("name")
+    q.set_defaults(func=run_solution)
+
+
+def _folder(args) -> Path:
+    return files.folder(args.dir)
+
+
+def run_list(args) -> int:
+    where = _folder(args)
+    print(f"the exercises, in teaching order (your files: {where}/):")
+    w = max(len(name) for name in EXERCISES)
+    done, first_new = 0, None
+    for i, ex in enumerate(EXERCISES.values(), start=1):
+        path = files.exercise_file(where, ex)
+        status, why = "not started", ""
+        if path.is_file():
+            status, _, why = _status(ex, path).partition(": ")
+            done += status == PASSING
+        else:
+            first_new = first_new or ex.name
+        print(f"  {i:>2}  {ex.name:<{w}}  {status:<11}  {ex.summary}")
+        if why:
+            print(f"      {'':<{w}}  {why}")
+    print(f"{done} of {plural(len(EXERCISES), 'exercise')} passing.", end="")
+    if first_new:
+        print(f" Next: scratchformer exercise start {first_new}{_dir_flag(where)}")
+    else:
+        print()
+    return 0
+
+
+def _status(ex, path: Path) -> str:
+    try:
+        return grade(ex, files.load(path, ex), path).short()
+    except LearnerError as e:
+        return f"broken: {e}"
+
+
+def _dir_flag(where: Path) -> str:
+    return "" if str(where) == files.DEFAULT_DIR else f" --dir {where}"
+
+
+def run_start(args) -> int:
+    ex = exercise(args.name)
+    path = files.start(_folder(args), ex)
+    names = " and ".join(ex.functions)
+    print(f"wrote {path}: fill in {names}, then")
+    print(f"    scratchformer exercise check {ex.name}{_dir_flag(_folder(args))}")
+    print(f"The derivation: {ex.link()}")
+    return 0
+
+
+def run_check(args) -> int:
+    where = _folder(args)
+    if args.targets:
+        chosen = [files.resolve(where, t) for t in args.targets]
+    else:
+        chosen = files.started(where)
+        if not chosen:
+            print(f"no exercise started in {where}/: scratchformer exercise start NAME")
+            return 0
+    ok = True
+    for n, (ex, path) in enumerate(chosen):
+        try:
+            g = grade(ex, files.load(path, ex), path)
+        except LearnerError as e:
+            print(f"{ex.name}: {ex.title} ({path})\n  broken: {e}")
+            ok = False
+            continue
+        print(("\n" if n else "") + "\n".join(report(g)))
+        ok = ok and g.passed
+    return 0 if ok else 1
+
+
+def run_hint(args) -> int:
+    ex = exercise(args.name)
+    shown = files.next_hint(_folder(args), ex)
+    if shown is None:
+        print(
+            f"all {len(ex.hints)} hints of {ex.name} are shown (in "
+            f"{files.hints_file(_folder(args), ex)}); the derivation: {ex.link()}; "
+            f"the engine's code: scratchformer exercise solution {ex.name}"
+        )
+        return 0
+    n, text, path = shown
+    print(f"hint {n} of {len(ex.hints)} for {ex.name} (all shown so far: {path}):")
+    print(f"  {text}")
+    return 0
+
+
+def run_solution(args) -> int:
+    ex = exercise(args.name)
+    print(f"# The engine's code for the exercise {ex.name}: a file of yours with this code")
+    print("# in place of the body to fill in passes the check.\n")
+    print(ex.solution_text())
+    for text in getattr(ex, "helper_sources", lambda: [])():
+        print(f"# the engine's method it calls on self:\n{text}")
+    print(f"# The derivation ({ex.link()}):\n")
+    print(derivation(ex.section))
+    return 0
+
+
+def derivation(anchor: str) -> str:
+    """The section of docs/derivations.md with that anchor (in a clone), or where it is."""
+    root = Path(__file__).resolve().parents[2]
+    path = root / DERIVATIONS
+    if not path.is_file():
+        return f"(not in this installation: read {DERIVATIONS}#{anchor} in the repository)"
+    text = path.read_text(encoding="utf-8")
+    out, keep = [], False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            keep = slug(line[3:]) == anchor
+        elif keep and line.strip() == "---":
+            break
+        if keep:
+            out.append(line)
+    return "\n".join(out).strip() or f"(no section #{anchor} in {path})"
+
+
+def slug(title: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    kept = "".join(c for c in title.strip().lower() if c.isalnum() or c in " -_")
+    return kept.replace(" ", "-")

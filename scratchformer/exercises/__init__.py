@@ -1,0 +1,69 @@
+"""Exercises: write the backward passes yourself, graded by the gradient checker, then
+train the Transformer with them.
+
+    scratchformer exercise list                 where you stand, in teaching order
+    scratchformer exercise start layernorm      writes exercises/layernorm.py
+    scratchformer exercise check layernorm      grades it
+    scratchformer exercise hint layernorm       the next hint
+    scratchformer exercise solution layernorm   the engine's code and its derivation
+
+The exercises, in teaching order (``EXERCISES``): the ops (ops_basic.py,
+ops_attention.py: op.py says how a learner's backward enters the kernel seam).
+``grade`` (grade.py) checks a learner's code; ``files`` writes and reads the learner's
+folder, where all progress lives: a file per exercise started, re-checked whenever
+progress is asked for, and the hints shown so far.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from scratchformer.errors import ScratchformerError
+from scratchformer.exercises.ops_attention import ATTENTION, SHAW, SKEW
+from scratchformer.exercises.ops_basic import (
+    CROSS_ENTROPY,
+    DROPOUT,
+    EMBEDDING,
+    GELU,
+    LAYERNORM,
+    LINEAR,
+    RELU,
+    SOFTMAX,
+)
+from scratchformer.exercises.spec import Exercise, LearnerError, Mistake
+
+#: every exercise, in teaching order: a single op first, whole layers and Adam last
+EXERCISES: dict[str, Exercise] = {
+    ex.name: ex
+    for ex in (
+        LINEAR,
+        RELU,
+        GELU,
+        EMBEDDING,
+        SOFTMAX,
+        LAYERNORM,
+        DROPOUT,
+        CROSS_ENTROPY,
+        ATTENTION,
+        SHAW,
+        SKEW,
+    )
+}
+
+
+class UnknownExercise(ScratchformerError):
+    """A name that is no exercise."""
+
+
+def exercise(name: str) -> Exercise:
+    """The exercise called ``name``; UnknownExercise, with the closest names, if none."""
+    if name in EXERCISES:
+        return EXERCISES[name]
+    close = difflib.get_close_matches(name, list(EXERCISES), n=1, cutoff=0.5)
+    guess = f"; did you mean {close[0]}?" if close else ""
+    raise UnknownExercise(
+        f"no exercise named {name!r}{guess} (scratchformer exercise list shows them all)"
+    )
+
+
+__all__ = ["EXERCISES", "Exercise", "LearnerError", "Mistake", "UnknownExercise", "exercise"]

@@ -1,0 +1,242 @@
+"""What every exercise has: the code the learner writes, the mistakes it recognises, and
+how the learner's code is run on the exercise's inputs, its errors told in one line.
+
+An exercise asks for one or more functions (``Exercise.functions``) and knows:
+
+- the file the learner starts from (``file_text``): the given forward as the engine has
+  it, the signature and docstring of what to write, a body to fill in;
+- the engine's own code for the same names (``engine``) and the text of a file that
+  passes with it (``solution_text``);
+- its inputs, chosen where backward passes usually go wrong, and ``outputs(code)``: what
+  ``code`` (a dict of the learner's functions, the engine's or a mistake's) returns on
+  each of them, as ``{tensor name: array}`` per input;
+- ``numeric(code)``: the grader's truth, float64 central differences of the forward
+  (``scratchformer.gradcheck``), or for Adam the engine's update;
+- its catalogue of classic mistakes: each a wrong version of the same functions. A
+  learner's outputs equal to a mistake's on every input *are* that mistake;
+- ``plug(code)``: the learner's code put in place in the engine while a model trains.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import inspect
+import os
+import textwrap
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from scratchformer import backend
+from scratchformer.errors import ScratchformerError
+from scratchformer.gradcheck import DEFAULT_H, DEFAULT_TOL
+
+#: the largest relative error (``max|a - b| / max|b|``) at which a learner's result is
+#: taken to be a catalogued mistake's: rounding apart, the same numbers
+MATCH_TOL = 1e-9
+#: the grader's tolerance and step: those of ``scratchformer gradcheck``
+TOL, H = DEFAULT_TOL, DEFAULT_H
+#: where the derivations are, in a clone and on the documentation site
+DERIVATIONS = "docs/derivations.md"
+SITE_PAGE = "derivations.html"
+
+
+class LearnerError(ScratchformerError):
+    """The learner's code could not be graded: a syntax error, an exception, a missing
+    function, a result of the wrong kind. The message is one line, about their code."""
+
+
+class NotWritten(Exception):
+    """The learner's function still raises NotImplementedError."""
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A classic wrong gradient: ``code`` replaces some of the exercise's functions."""
+
+    name: str  # a short id, unique in its exercise: "no-variance"
+    says: str  # the diagnosis: "layer norm without its variance term"
+    hint: str  # one line on what to look at, never the answer; ends with the section
+    code: dict  # {function name: the wrong callable}
+
+
+class Exercise:
+    """The parts every kind of exercise has (see the module docstring)."""
+
+    name: str
+    title: str  # "layer norm"
+    summary: str  # one line for ``exercise list``
+    kind: str  # "op", "layer" or "optimizer"
+    section: str  # the anchor of its section in docs/derivations.md
+    functions: tuple  # the names the learner writes, in the file's order
+    hints: tuple = ()
+    mistakes: tuple = ()
+    gradients: tuple = ()  # the tensors ``outputs`` names, in order
+
+    # -- what each kind defines -----------------------------------------------------------
+    def engine(self) -> dict:
+        """``{function name: the engine's callable}``."""
+        raise NotImplementedError
+
+    def file_text(self) -> str:
+        raise NotImplementedError
+
+    def solution_text(self) -> str:
+        raise NotImplementedError
+
+    def case_labels(self) -> list[str]:
+        raise NotImplementedError
+
+    def outputs(self, code: dict, dtype: str = "float64") -> list[dict]:
+        raise NotImplementedError
+
+    def numeric(self, code: dict) -> list:
+        """``[(case label, GradReport)]``: the learner's gradients against the truth."""
+        raise NotImplementedError
+
+    def plug(self, code: dict):
+        """A context manager: ``code`` in place of the engine's while it is open."""
+        raise NotImplementedError
+
+    def used_by(self, model) -> str:
+        """Where a model of config ``model`` (a TransformerConfig) runs this exercise's
+        code, or "" when it does not."""
+        raise NotImplementedError
+
+    # -- shared ---------------------------------------------------------------------------
+    def link(self) -> str:
+        return f"{DERIVATIONS}#{self.section} (on the docs site: {SITE_PAGE}#{self.section})"
+
+    def with_code(self, code: dict) -> dict:
+        """The engine's functions with ``code`` put over them (a mistake's, a learner's)."""
+        return {**self.engine(), **code}
+
+    def mistake(self, name: str) -> Mistake:
+        for m in self.mistakes:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+
+# -- running a learner's code ------------------------------------------------------------
+def where_in(path: str, tb) -> tuple[int, str] | None:
+    """``(line, function)`` of the last frame of ``tb`` in the file ``path``."""
+    found = None
+    for frame in traceback.extract_tb(tb):
+        if frame.filename == path:
+            found = (frame.lineno, frame.name)
+    return found
+
+
+@contextlib.contextmanager
+def learner_code(path: str | None, doing: str):
+    """Run the learner's code (from the file ``path``): NotImplementedError becomes
+    ``NotWritten``, any other exception a one-line ``LearnerError`` naming the line of
+    their file it came from. ``doing`` says what ran ("layernorm_backward")."""
+    try:
+        with backend.np.errstate(all="ignore"):  # NaN and inf are reported, not warned
+            yield
+    except (LearnerError, NotWritten):
+        raise
+    except NotImplementedError as e:
+        raise NotWritten(str(e) or doing) from None
+    except Exception as e:  # the learner's code may raise anything
+        at = where_in(path, e.__traceback__) if path else None
+        what = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+        if at is None:
+            raise LearnerError(f"{doing} failed with {what}") from None
+        line, func = at
+        raise LearnerError(f"{shown(path)}, line {line}, in {func}: {what}") from None
+
+
+def shown(path: str) -> str:
+    """A file's path as the learner would write it: relative to the current folder when
+    it is below it."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def source(fn: Callable, name: str | None = None) -> str:
+    """The source of ``fn``, dedented, renamed ``name`` when given (a method becomes a
+    function of ``self``)."""
+    text = textwrap.dedent(inspect.getsource(fn))
+    if name is not None:
+        text = text.replace(f"def {fn.__name__}(", f"def {name}(", 1)
+    return text.rstrip() + "\n"
+
+
+def _global_names(code) -> set:
+    """The names a code object (and the functions, lambdas and comprehensions inside it)
+    may read from its module: attribute names too, which are harmless extras."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _global_names(const)
+    return names
+
+
+def needs(header: str, fns: list, defined=()) -> tuple[list[str], list]:
+    """What a file made of ``header`` (its imports) and the sources of ``fns`` lacks for
+    every global name of those functions to resolve as in the engine: ``(import lines,
+    functions whose source it must hold)``. A function of the package is copied (its own
+    needs followed); anything else (a module, a class, a constant) is imported from
+    where the function that reads it finds it. So a helper the engine's code starts to
+    call is carried into the learner's file without a list to keep up to date.
+    ``defined``: names the file defines besides ``fns``."""
+    have: dict = {}
+    exec(compile(header, "<header>", "exec"), have)  # imports only
+    defined = {f.__name__ for f in fns} | set(defined)
+    imports, copied, queue = [], [], list(fns)
+    while queue:
+        fn = queue.pop(0)
+        module = inspect.getmodule(fn)
+        for name in sorted(_global_names(fn.__code__)):
+            if name in have or name in defined or name in vars(builtins):
+                continue
+            if not hasattr(module, name):
+                continue  # an attribute's name, not a global
+            obj = getattr(module, name)
+            defined.add(name)
+            if inspect.isfunction(obj) and obj.__module__.startswith("scratchformer."):
+                copied.append(obj)
+                queue.append(obj)
+            elif inspect.ismodule(obj):
+                parent, _, leaf = obj.__name__.rpartition(".")
+                line = f"from {parent} import {leaf}" if leaf == name else None
+                imports.append(line or f"import {obj.__name__} as {name}")
+            else:
+                imports.append(f"from {module.__name__} import {name}")
+    return imports, copied
+
+
+def stub(signature: str, docstring: str, name: str) -> str:
+    """A function to fill in: ``def signature:``, its docstring, a body that raises."""
+    doc = textwrap.indent(textwrap.dedent(docstring).strip(), "    ")
+    return (
+        f"def {signature}:\n"
+        f'    """{doc.lstrip()}\n    """\n'
+        f'    raise NotImplementedError("{name}: not written yet")\n'
+    )
+
+
+def rule(title: str) -> str:
+    """A section line of a learner's file, 92 characters wide."""
+    return f"# -- {title} ".ljust(92, "-")
+
+
+__all__ = [
+    "DERIVATIONS",
+    "H",
+    "MATCH_TOL",
+    "TOL",
+    "Exercise",
+    "LearnerError",
+    "Mistake",
+    "NotWritten",
+    "learner_code",
+    "rule",
+    "source",
+    "stub",
+    "where_in",
+]
