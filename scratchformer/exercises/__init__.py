@@ -8,10 +8,11 @@ train the Transformer with them.
     scratchformer exercise solution layernorm   the engine's code and its derivation
 
 The exercises, in teaching order (``EXERCISES``): the ops (ops_basic.py,
-ops_attention.py: op.py says how a learner's backward enters the kernel seam).
-``grade`` (grade.py) checks a learner's code; ``files`` writes and reads the learner's
-folder, where all progress lives: a file per exercise started, re-checked whenever
-progress is asked for, and the hints shown so far.
+ops_attention.py: op.py says how a learner's backward enters the kernel seam), the
+layers (layers.py: layer.py says how a learner's backward becomes a module's method),
+and Adam's update (adam.py). ``grade`` (grade.py) checks a learner's code; ``files``
+writes and reads the learner's folder, where all progress lives: a file per exercise
+started, re-checked whenever progress is asked for, and the hints shown so far.
 """
 
 from __future__ import annotations
@@ -19,6 +20,14 @@ from __future__ import annotations
 import difflib
 
 from scratchformer.errors import ScratchformerError
+from scratchformer.exercises.adam import ADAM
+from scratchformer.exercises.layers import (
+    ADD_NORM,
+    DECODER_LAYER,
+    ENCODER_LAYER,
+    FFN,
+    MULTI_HEAD_ATTENTION,
+)
 from scratchformer.exercises.ops_attention import ATTENTION, SHAW, SKEW
 from scratchformer.exercises.ops_basic import (
     CROSS_ENTROPY,
@@ -45,8 +54,14 @@ EXERCISES: dict[str, Exercise] = {
         DROPOUT,
         CROSS_ENTROPY,
         ATTENTION,
+        MULTI_HEAD_ATTENTION,
+        FFN,
+        ADD_NORM,
+        ENCODER_LAYER,
+        DECODER_LAYER,
         SHAW,
         SKEW,
+        ADAM,
     )
 }
 

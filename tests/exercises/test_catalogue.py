@@ -32,7 +32,7 @@ def blank(ex) -> dict:
 
 def test_the_catalogue_covers_the_issue():
     """The exercises in teaching order, and the classic mistakes each names."""
-    assert list(EXERCISES)[:2] == ["linear", "relu"]
+    assert list(EXERCISES)[:2] == ["linear", "relu"] and list(EXERCISES)[-1] == "adam"
     expected = {
         ("attention", "transposed-dK"),
         ("attention", "no-scale"),
@@ -41,6 +41,8 @@ def test_the_catalogue_covers_the_issue():
         ("dropout", "not-applied"),
         ("cross_entropy", "eps-over-V"),
         ("linear", "db-one-example"),
+        ("adam", "bias-correction-late"),
+        ("adam", "bias-correction-early"),
     }
     assert expected <= set(MISTAKES)
     assert all(ex.hints and ex.mistakes for ex in EXERCISES.values())
@@ -117,7 +119,8 @@ def test_a_wrong_gradient_among_right_ones_names_the_mistake_of_that_gradient():
 @pytest.mark.parametrize("name, mistake", MISTAKES)
 def test_each_mistake_fails_the_finite_difference_check_or_the_accumulation(name, mistake):
     """The whole check, as ``exercise check`` runs it: the verdict is FAILED and the
-    mistake named."""
+    mistake named (a layer's overwritten gradients pass the finite differences, from
+    zero gradients, and fail the accumulation)."""
     ex = EXERCISES[name]
     g = grade(ex, {**solution(ex), **ex.mistake(mistake).code})
     assert g.status == FAILING

@@ -1,0 +1,308 @@
+"""The Adam exercise: write the update of one optimizer step, with bias correction, in
+place over flat arrays, and have it graded against the engine's ``Adam`` over several
+steps (the bias correction of step t must use that t).
+
+The learner writes ``adam_update(theta, g, m, v, t, lr, beta1, beta2, eps)``; while it
+is graded against the engine or a model trains with it, ``Adam.step`` is replaced (as
+the layer exercises replace a module's backward) by a step that counts ``t``, applies
+the decoupled weight decay when there is one, and calls the learner's update on the
+flat parameter, gradient and moment buffers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+from scratchformer import backend
+from scratchformer.backend import xp
+from scratchformer.exercises.layer import swapped
+from scratchformer.exercises.spec import (
+    TOL,
+    Exercise,
+    Mistake,
+    learner_code,
+    needs,
+    rule,
+    source,
+    stub,
+)
+from scratchformer.gradcheck import GradCheckRow, GradReport, rel_error
+from scratchformer.nn.flat import FlatParameters
+from scratchformer.optim.adam import Adam, _update
+
+_IMPORTS = """\
+import math
+
+from scratchformer import backend
+from scratchformer.backend import xp"""
+
+
+def adam_update(theta, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9):
+    """The engine's update (``Adam.step``) as one call over whole arrays: both bias
+    corrections folded into two scalars, then ``_update``."""
+    c1 = 1.0 - beta1**t
+    c2 = math.sqrt(1.0 - beta2**t)
+    _update(theta, g, m, v, xp.empty_like(theta), beta1, beta2, lr * c2 / c1, eps * c2, 1.0)
+
+
+def stepper(update):
+    """``Adam.step`` calling ``update`` for the update itself."""
+
+    def step(self, lr: float) -> None:
+        self.t += 1
+        if self.weight_decay:
+            self.flat.params *= 1.0 - lr * self.weight_decay  # decoupled, before the update
+        update(
+            self.flat.params, self.flat.grads, self.m, self.v, self.t, lr,
+            self.beta1, self.beta2, self.eps,
+        )  # fmt: skip
+
+    return step
+
+
+@dataclass(frozen=True)
+class _Run:
+    label: str
+    size: int
+    lrs: tuple
+    beta1: float
+    beta2: float
+    eps: float
+    seed: int
+
+
+RUNS = (
+    _Run("6 steps, betas 0.9 / 0.98, eps 1e-4", 40, (0.01, 0.02, 0.03, 0.02, 0.01, 0.005),
+         0.9, 0.98, 1e-4, 0),
+    _Run("4 steps, betas 0.8 / 0.95, eps 1e-6", 24, (0.05, 0.04, 0.03, 0.02), 0.8, 0.95, 1e-6, 1),
+)  # fmt: skip
+
+
+def _start(run: _Run, dtype: str):
+    """The run's parameters and gradients: entries of sizes from 1e-4 to 1 (eps and the
+    bias correction matter), a few exact zeros."""
+    r = backend.host_rng(run.seed)
+    theta = r.standard_normal(run.size)
+    scale = 10.0 ** r.uniform(-4, 0, run.size)
+    grads = [r.standard_normal(run.size) * scale for _ in run.lrs]
+    for g in grads:
+        g[:2] = 0.0
+    return backend.asarray(theta, dtype=dtype), [backend.asarray(g, dtype=dtype) for g in grads]
+
+
+def _stack(states: list) -> dict:
+    return {k: xp.stack([s[k] for s in states]) for k in ("theta", "m", "v")}
+
+
+@dataclass
+class AdamExercise(Exercise):
+    name: str = "adam"
+    title: str = "Adam's update with bias correction"
+    summary: str = "one optimizer step over flat buffers, t counted from 1"
+    kind: str = "optimizer"
+    section: str = "adam"
+    hints: tuple = ()
+    mistakes: tuple = ()
+    gradients: tuple = ("theta", "m", "v")
+
+    @property
+    def functions(self) -> tuple:
+        return ("adam_update",)
+
+    def engine(self) -> dict:
+        return {"adam_update": adam_update}
+
+    def used_by(self, model) -> str:
+        return "every optimizer step (Adam.step)"
+
+    def _head(self) -> str:
+        labels = "".join(f"\n    {label}" for label in self.case_labels())
+        return (
+            f'"""Exercise adam: {self.title}. Write ``adam_update`` below.\n\n'
+            "Adam (Kingma and Ba, 2015), the paper's optimizer: for every parameter theta\n"
+            "with gradient g, at optimizer step t (1 at the first step):\n\n"
+            "    m     = beta1 m + (1 - beta1) g          v     = beta2 v + (1 - beta2) g^2\n"
+            "    m_hat = m / (1 - beta1^t)                v_hat = v / (1 - beta2^t)\n"
+            "    theta = theta - lr m_hat / (sqrt(v_hat) + eps)\n\n"
+            "    scratchformer exercise check adam      grade it\n"
+            "    scratchformer exercise hint adam       the next hint\n"
+            "    scratchformer exercise solution adam   the engine's code\n\n"
+            f"The engine's code: scratchformer/optim/adam.py ({self.link()}).\n"
+            "What you write becomes the update of Adam.step while it is checked or trains.\n"
+            "The checker runs it step after step from zero moments and compares theta, m\n"
+            f"and v after every step with the engine's Adam:{labels}\n"
+            '"""\n\n'
+            f"from __future__ import annotations\n\n{_IMPORTS}\n\n"
+            'EXERCISE = "adam"\n\n\n'
+        )
+
+    def _given(self) -> str:
+        text = source(stepper(adam_update), "step").replace("update(", "adam_update(", 1)
+        title = "given: how Adam.step calls your update (for reading)"
+        return f"{rule(title)}\n{text}"
+
+    def file_text(self) -> str:
+        body = stub(
+            "adam_update(theta, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9)",
+            """\
+One Adam step, in place.
+
+theta (n,)  every parameter, one flat array: update it in place
+g     (n,)  its gradient (read only)
+m, v  (n,)  the first and second moments, zeros before step 1: update them in place
+t     int   this step's number, 1 at the first step
+lr, beta1, beta2, eps   floats
+
+Return nothing: the caller keeps theta, m and v (so ``m = ...`` would lose the
+update; write into the arrays: ``m *= ...``, ``m += ...``, or ``m[...] = ...``).""",
+            "adam_update",
+        )
+        return f"{self._head()}{self._given()}\n\n{rule('yours: the update')}\n{body}"
+
+    def solution_text(self) -> str:
+        return f"{self._head()}{self._given()}\n\n{rule('the engine: the update')}\n" + "\n\n".join(
+            source(f) for f in [adam_update, *needs(_IMPORTS, [adam_update])[1]]
+        )
+
+    def case_labels(self) -> list[str]:
+        return [run.label for run in RUNS]
+
+    def outputs(self, code: dict, dtype: str = "float64", limit: int | None = None) -> list:
+        fn = code["adam_update"]
+        path = getattr(getattr(fn, "__code__", None), "co_filename", None)
+        results = []
+        for run in RUNS[:limit]:
+            theta, grads = _start(run, dtype)
+            m, v = xp.zeros_like(theta), xp.zeros_like(theta)
+            states = []
+            for t, (g, lr) in enumerate(zip(grads, run.lrs), start=1):
+                with learner_code(path, "adam_update"):
+                    fn(theta, g.copy(), m, v, t, lr, run.beta1, run.beta2, run.eps)
+                states.append({"theta": theta.copy(), "m": m.copy(), "v": v.copy()})
+            results.append(_stack(states))
+        return results
+
+    def reference(self, dtype: str = "float64") -> list:
+        """What the engine's ``Adam`` leaves after every step of every run."""
+        results = []
+        for run in RUNS:
+            theta, grads = _start(run, dtype)
+            flat = FlatParameters({"theta": theta})
+            adam = Adam(flat, run.beta1, run.beta2, run.eps)
+            states = []
+            for g, lr in zip(grads, run.lrs):
+                flat.grads[...] = g
+                adam.step(lr)
+                states.append({"theta": flat.params.copy(), "m": adam.m.copy(), "v": adam.v.copy()})
+            results.append(_stack(states))
+        return results
+
+    def numeric(self, code: dict) -> list:
+        """Per run, a row per array: the learner's states against the engine's Adam's,
+        with ``rel_error`` over every step and entry (float64)."""
+        found = []
+        for run, got, want in zip(RUNS, self.outputs(code), self.reference()):
+            report = GradReport(tol=TOL)
+            for name in self.gradients:
+                a = backend.asnumpy(got[name]).reshape(-1).astype(float)
+                n = backend.asnumpy(want[name]).reshape(-1).astype(float)
+                err = rel_error(a, n)
+                report.rows.append(
+                    GradCheckRow(
+                        name,
+                        tuple(want[name].shape),
+                        err,
+                        float(abs(a - n).max()),
+                        a.size,
+                        a.size,
+                        err < TOL,
+                        indices=list(range(a.size)),
+                        numeric=n,
+                        analytic=a,
+                    )  # fmt: skip
+                )
+            found.append((run.label, report))
+        return found
+
+    @contextlib.contextmanager
+    def plug(self, code: dict):
+        with swapped({(Adam, "step"): stepper(code["adam_update"])}):
+            yield
+
+
+def _adam(theta, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9, *, step=0, correct=True,
+          eps_inside=False, in_place=True):  # fmt: skip
+    """The textbook update with one thing wrong (the mistakes)."""
+    if in_place:
+        m *= beta1
+        m += (1.0 - beta1) * g
+        v *= beta2
+        v += (1.0 - beta2) * g * g
+    else:  # the caller's moments never change
+        m = beta1 * m + (1.0 - beta1) * g
+        v = beta2 * v + (1.0 - beta2) * g * g
+    s = t + step
+    m_hat = m / (1.0 - beta1**s) if correct else m
+    v_hat = v / (1.0 - beta2**s) if correct else v
+    denominator = xp.sqrt(v_hat + eps) if eps_inside else xp.sqrt(v_hat) + eps
+    theta -= lr * m_hat / denominator
+
+
+def _mistake(name, says, hint, **wrong) -> Mistake:
+    def update(theta, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9):
+        _adam(theta, g, m, v, t, lr, beta1, beta2, eps, **wrong)
+
+    return Mistake(name, says, hint, {"adam_update": update})
+
+
+_SECTION = "(docs/derivations.md#adam)"
+
+ADAM = AdamExercise(
+    hints=(
+        "Update the moments first, in place: m = beta1 m + (1 - beta1) g as m *= beta1 "
+        "then m += (1 - beta1) * g; v likewise with g * g.",
+        "The moments start at zero, so early on they are too small by the factor "
+        "1 - beta^t (t = 1 at the first step): divide it out, with this step's t.",
+        "eps is added to sqrt(v_hat), outside the square root; then theta -= lr * m_hat "
+        "/ (sqrt(v_hat) + eps), in place.",
+    ),
+    mistakes=(
+        _mistake(
+            "bias-correction-late",
+            "the bias correction of the wrong step: t + 1 instead of t",
+            f"at step t the moments have absorbed t gradients: divide by 1 - beta^t with "
+            f"the t you are given, 1 at the first step {_SECTION}",
+            step=1,
+        ),
+        _mistake(
+            "bias-correction-early",
+            "the bias correction of the wrong step: t - 1 (the first step divides by zero)",
+            f"t is 1 at the first step: 1 - beta^t is then 1 - beta, never 0 {_SECTION}",
+            step=-1,
+        ),
+        _mistake(
+            "no-bias-correction",
+            "no bias correction: m and v used as they are",
+            f"m and v start at zero and are biased towards it: divide by 1 - beta1^t and "
+            f"1 - beta2^t {_SECTION}",
+            correct=False,
+        ),
+        _mistake(
+            "eps-inside-sqrt",
+            "eps inside the square root: sqrt(v_hat + eps)",
+            f"Adam adds eps to sqrt(v_hat), outside the root {_SECTION}",
+            eps_inside=True,
+        ),
+        _mistake(
+            "moments-rebound",
+            "the moments rebound (m = ...), not updated in place: they never accumulate",
+            f"the caller keeps m and v between steps: write into them (m *= ..., m += ...) "
+            f"{_SECTION}",
+            in_place=False,
+        ),
+    ),
+)
+
+__all__ = ["ADAM", "AdamExercise", "adam_update", "stepper"]

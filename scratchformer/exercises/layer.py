@@ -1,0 +1,291 @@
+"""Layer exercises: write a module's backward (multi-head attention, the feed-forward
+network, Add & Norm, an encoder layer, a decoder layer) from the backward passes of the
+parts it is made of.
+
+The learner writes functions of ``self`` (``multi_head_attention_backward(self, dout,
+cache)``). While they are graded or a model trains with them, they *are* the module's
+methods: ``swapped`` sets them on the module's class (``MultiHeadAttention.backward =
+multi_head_attention_backward``) and puts the engine's back when it closes, so every
+module of that class, in any model, runs the learner's backward meanwhile.
+
+Grading is ``gradcheck.check_module`` on every input of the exercise (float64 central
+differences of ``sum(out * dout)``, every input and parameter entry, dropout masks
+replayed), and one more property the finite differences cannot see: the gradients are
+*added* into ``self.grads`` (a module called twice, or a weight used twice, sums them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from scratchformer import backend, device
+from scratchformer.backend import xp
+from scratchformer.exercises.spec import (
+    TOL,
+    Exercise,
+    LearnerError,
+    Mistake,
+    learner_code,
+    needs,
+    rule,
+    source,
+    stub,
+)
+from scratchformer.gradcheck import check_module
+from scratchformer.nn.layers import AddNorm, Linear
+from scratchformer.nn.module import Module
+
+_MISSING = object()
+
+
+@contextlib.contextmanager
+def swapped(methods: dict):
+    """``{(cls, attribute): function}`` set on the classes while the context is open."""
+    saved = []
+    try:
+        for (cls, attr), fn in methods.items():
+            saved.append((cls, attr, cls.__dict__.get(attr, _MISSING)))
+            setattr(cls, attr, fn)
+        yield
+    finally:
+        for cls, attr, old in reversed(saved):
+            if old is _MISSING:
+                delattr(cls, attr)
+            else:
+                setattr(cls, attr, old)
+
+
+@dataclass
+class LayerCase:
+    label: str
+    module: Callable  # () -> a fresh module in the default dtype
+    args: Callable  # (dtype) -> the forward's positional arguments
+    dropout_seed: int | None = None  # dropout on, its masks replayed from this seed
+
+
+@dataclass
+class Method:
+    """A method the learner writes: ``cls.attr``, as the function ``name(self, ...)``."""
+
+    cls: type
+    attr: str
+    name: str
+    signature: str  # "multi_head_attention_backward(self, dout, cache)"
+    docstring: str
+
+
+@dataclass
+class LayerExercise(Exercise):
+    name: str
+    title: str
+    summary: str
+    section: str
+    methods: tuple  # (Method, ...)
+    given: tuple  # ((cls, attr, name), ...): the forward's methods, shown for reading
+    intro: str
+    imports: str
+    cases: Callable  # () -> [LayerCase]
+    inputs: tuple  # names of the input gradients the backward returns, in order
+    hints: tuple = ()
+    mistakes: tuple = ()
+    helpers: tuple = ()  # ((cls, attr), ...) the engine's methods its solution calls
+    uses: Callable = field(default=lambda model: "")
+    kind: str = "layer"
+
+    @property
+    def functions(self) -> tuple:
+        return tuple(m.name for m in self.methods)
+
+    @property
+    def gradients(self) -> tuple:
+        return self.inputs
+
+    def engine(self) -> dict:
+        return {m.name: getattr(m.cls, m.attr) for m in self.methods}
+
+    def used_by(self, model) -> str:
+        return self.uses(model)
+
+    # -- the learner's file ---------------------------------------------------------------
+    def _imports(self) -> str:
+        """The file's imports, with what the given forward and the engine's backward read
+        (each method's globals resolve as in the engine)."""
+        fns = [getattr(c, a) for c, a, _ in self.given] + [
+            getattr(m.cls, m.attr) for m in self.methods
+        ]
+        more, _ = needs(self.imports, fns, {f.__name__ for f in fns})
+        return "\n".join([self.imports.strip(), *more])
+
+    def _head(self) -> str:
+        labels = "".join(f"\n    {label}" for label in self.case_labels())
+        names = " and ".join(f"``{m.name}``" for m in self.methods)
+        where = ", ".join(f"{m.cls.__name__}.{m.attr}" for m in self.methods)
+        return (
+            f'"""Exercise {self.name}: the backward pass of {self.title}. Write {names} below.\n\n'
+            f"{self.intro.strip()}\n\n"
+            f"    scratchformer exercise check {self.name}      grade it\n"
+            f"    scratchformer exercise hint {self.name}       the next hint\n"
+            f"    scratchformer exercise solution {self.name}   the engine's code, derivation\n\n"
+            f"The derivation: {self.link()}.\n"
+            f"What you write becomes {where} while it is checked or trains: ``self`` is\n"
+            "the module, with its parameters in self.params and their gradients in\n"
+            "self.grads (ADD into them: +=), its sub-modules as attributes. The forward is\n"
+            "shown as the engine has it; the checker runs the engine's forward and compares\n"
+            "every input and parameter gradient with float64 central differences on these\n"
+            f"inputs:{labels}\n"
+            '"""\n\n'
+            f"from __future__ import annotations\n\n{self._imports()}\n\n"
+            f'EXERCISE = "{self.name}"\n\n\n'
+        )
+
+    def _given(self) -> str:
+        parts = [source(getattr(cls, attr), name) for cls, attr, name in self.given]
+        title = "given: the forward pass, as in the engine (for reading; not run from here)"
+        return f"{rule(title)}\n" + "\n\n".join(parts)
+
+    def file_text(self) -> str:
+        stubs = [stub(m.signature, m.docstring, m.name) for m in self.methods]
+        return (
+            f"{self._head()}{self._given()}\n\n{rule('yours: the backward pass')}\n"
+            + "\n\n".join(stubs)
+        )
+
+    def solution_text(self) -> str:
+        parts = [source(getattr(m.cls, m.attr), m.name) for m in self.methods]
+        return (
+            f"{self._head()}{self._given()}\n\n{rule('the engine: the backward pass')}\n"
+            + "\n\n".join(parts)
+        )
+
+    def helper_sources(self) -> list[str]:
+        """The engine's methods its backward calls on ``self``, for ``solution``."""
+        return [source(getattr(cls, attr)) for cls, attr in self.helpers]
+
+    # -- running code on the inputs -------------------------------------------------------
+    def case_labels(self) -> list[str]:
+        return [c.label for c in self.cases()]
+
+    def _methods(self, code: dict) -> dict:
+        return {(m.cls, m.attr): code[m.name] for m in self.methods}
+
+    def _path(self, code: dict) -> str | None:
+        fn = code[self.methods[0].name]
+        return getattr(getattr(fn, "__code__", None), "co_filename", None)
+
+    def _module(self, case: LayerCase, dtype: str, seed: int):
+        """The case's module in ``dtype``, every parameter moved off its initial value
+        (LayerNorm's gamma = 1 and the zero biases would hide mistakes), and random
+        gradients already in ``grads`` (a backward must add to them)."""
+        m = case.module().astype(getattr(xp, dtype))
+        r = backend.host_rng(seed)
+        for p in m.parameters().values():
+            p += backend.asarray(0.3 * r.standard_normal(p.shape), dtype=p.dtype)
+        for g in m.gradients().values():
+            g[...] = backend.asarray(r.standard_normal(g.shape), dtype=g.dtype)
+        return m
+
+    def outputs(self, code: dict, dtype: str = "float64", limit: int | None = None) -> list:
+        results = []
+        doing = " / ".join(self.functions)
+        for i, case in enumerate(self.cases()[:limit]):
+            m = self._module(case, dtype, seed=100 + i)
+            before = {k: g.copy() for k, g in m.gradients().items()}
+            args = case.args(dtype)
+            rng = None if case.dropout_seed is None else device.generator(case.dropout_seed)
+            out, cache = m.forward(*args, rng=rng)
+            dout = backend.asarray(
+                backend.host_rng(1000 + i).standard_normal(out.shape), dtype=dtype
+            )
+            with swapped(self._methods(code)), learner_code(self._path(code), doing):
+                ret = m.backward(dout, cache)
+            results.append(self._named(ret, m, before))
+        return results
+
+    def _named(self, ret, m: Module, before: dict) -> dict:
+        got = tuple(ret) if isinstance(ret, (tuple, list)) else (ret,)
+        fn = self.methods[0].name
+        if len(got) != len(self.inputs):
+            want = ", ".join(self.inputs)
+            raise LearnerError(
+                f"{fn} returned {len(got)} value(s); expected {len(self.inputs)}: ({want})"
+            )
+        out = {}
+        for name, g in zip(self.inputs, got):
+            if not backend.is_array(g):
+                raise LearnerError(f"{fn} returned a {type(g).__name__} for {name}, not an array")
+            out[name] = g
+        for name, g in m.gradients().items():
+            if not backend.is_array(g) or g.shape != before[name].shape:
+                raise LearnerError(
+                    f"self.grads of {name} is no longer an array of shape "
+                    f"{before[name].shape}: add into it (+=)"
+                )
+            out[name] = g - before[name]  # what the backward added
+        return out
+
+    def numeric(self, code: dict) -> list:
+        found = []
+        doing = " / ".join(self.functions)
+        for i, case in enumerate(self.cases()):
+            m = self._module(case, "float64", seed=100 + i)
+            kwargs = {} if case.dropout_seed is None else {"rng": case.dropout_seed}
+            with swapped(self._methods(code)), learner_code(self._path(code), doing):
+                report = check_module(m, *case.args("float64"), tol=TOL, max_entries=None, **kwargs)
+            for row, name in zip(report.rows, self.inputs):  # the inputs come first
+                row.name = name
+            found.append((case.label, report))
+        return found
+
+    # -- training with it -----------------------------------------------------------------
+    @contextlib.contextmanager
+    def plug(self, code: dict):
+        with swapped(self._methods(code)):
+            yield
+
+
+def method_mistake(name: str, says: str, hint: str, **code) -> Mistake:
+    """A mistake of a layer exercise: ``code`` maps function names to wrong methods."""
+    return Mistake(name, says, hint, code)
+
+
+def add(module, name: str, g, assign: bool = False) -> None:
+    """``module.grads[name] += g`` (or, a mistake, ``= g``)."""
+    if assign:
+        module.grads[name] = g
+    else:
+        module.grads[name] += g
+
+
+class AddNormBlock(Module):
+    """Add & Norm around a linear sub-layer, the way every layer uses it:
+    ``y = exit(x, Linear(enter(x)))``, post-LN ``LN(x + Dropout(x W + b))`` or pre-LN
+    ``x + Dropout(LN(x) W + b)``. The module the Add & Norm exercise is checked on."""
+
+    def __init__(self, d_model: int, P_drop: float, norm_first: bool, rng=None):
+        super().__init__()
+        self.norm = AddNorm(d_model, P_drop, norm_first)
+        self.sublayer = Linear(d_model, d_model, rng=rng)
+
+    def forward(self, x, rng=None):
+        s_in, c_in = self.norm.enter(x)
+        s, c_s = self.sublayer.forward(s_in)
+        y, c_out = self.norm.exit(x, s, rng)
+        return y, (c_in, c_s, c_out)
+
+    def backward(self, dy, cache):
+        c_in, c_s, c_out = cache
+        dx, ds = self.norm.exit_backward(dy, c_out)
+        return dx + self.norm.enter_backward(self.sublayer.backward(ds, c_s), c_in)
+
+
+__all__ = [
+    "AddNormBlock",
+    "LayerCase",
+    "LayerExercise",
+    "Method",
+    "add",
+    "method_mistake",
+    "swapped",
+]
