@@ -10,6 +10,8 @@ scratchformer exercise check layernorm       grades it: float64 central differen
 scratchformer exercise check                 grades every exercise file of the folder
 scratchformer exercise hint layernorm        the next hint (kept in exercises/layernorm.hints.md)
 scratchformer exercise solution layernorm    the engine's code and its derivation
+scratchformer exercise train                 the default run with your backward passes, and
+                                             the engine's run beside it
 
 Your files live in exercises/ (--dir to choose): nothing is written anywhere else, a file
 of yours is never overwritten, and your progress is what checking them says.
@@ -20,10 +22,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scratchformer.commands import plural
-from scratchformer.exercises import EXERCISES, exercise, files
+from scratchformer.commands import COUNT, plural
+from scratchformer.errors import ConfigError
+from scratchformer.exercises import EXERCISES, exercise, files, training
 from scratchformer.exercises.grade import PASSING, grade, report
 from scratchformer.exercises.spec import DERIVATIONS, LearnerError
+from scratchformer.train.config import override_value, set_dotted
 
 
 def add_parser(sub) -> None:
@@ -56,6 +60,25 @@ def add_parser(sub) -> None:
     q = steps.add_parser("solution", help="the engine's code of an exercise and its derivation")
     q.add_argument("name")
     q.set_defaults(func=run_solution)
+    q = with_dir(
+        steps.add_parser(
+            "train",
+            help="train the default run with your backward passes, the engine's run beside it",
+            description="Train the default run (reverse strings) with every backward pass of "
+            "yours that passes its check in place of the engine's, then the same run with the "
+            "engine's; compare their loss curves, held-out accuracy and final parameters. "
+            "Both runs are written to runs/yours and runs/engine in your folder.",
+        )
+    )
+    q.add_argument("--steps", type=COUNT, help="optimizer steps of both runs (default 3000)")
+    q.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="change a setting of both runs, as scratchformer train --set does",
+    )
+    q.set_defaults(func=run_train)
 
 
 def _folder(args) -> Path:
@@ -179,3 +202,20 @@ def slug(title: str) -> str:
     """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
     kept = "".join(c for c in title.strip().lower() if c.isalnum() or c in " -_")
     return kept.replace(" ", "-")
+
+
+def run_train(args) -> int:
+    sets = []
+    for item in args.set:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE")
+        key, text = (x.strip() for x in item.split("=", 1))
+        d: dict = {}
+        set_dotted(d, key, override_value(key, text))
+        sets.append((d, f"--set {item}"))
+    yours, engine, _ = training.train_both(
+        _folder(args), args.steps, sets, progress=not args.no_progress
+    )
+    lines, ok = training.compare(yours, engine)
+    print("\n".join(lines))
+    return 0 if ok else 1

@@ -6,6 +6,7 @@ train the Transformer with them.
     scratchformer exercise check layernorm      grades it
     scratchformer exercise hint layernorm       the next hint
     scratchformer exercise solution layernorm   the engine's code and its derivation
+    scratchformer exercise train                the default run, with your backward passes
 
 The exercises, in teaching order (``EXERCISES``): the ops (ops_basic.py,
 ops_attention.py: op.py says how a learner's backward enters the kernel seam), the

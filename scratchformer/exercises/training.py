@@ -1,0 +1,191 @@
+"""``exercise train``: the default run (reverse strings) trained by the one training loop
+with every backward pass the learner has passed put in place of the engine's, then the
+same run with the engine's own, and the two compared.
+
+What is put in place, for each exercise that passes now (re-checked first):
+
+- an op: its kernel table's implementation (``OpExercise.plug``); a learner's softmax or
+  dropout also enters attention, through the engine's attention backward composed with
+  them (``composed_attention_backward``), unless their attention passes too;
+- a layer: the module class's method (``LayerExercise.plug``);
+- Adam: the update inside ``Adam.step`` (``AdamExercise.plug``).
+
+Both runs write into the learner's folder (``runs/yours``, ``runs/engine``). With the
+engine's code in every file (the solutions), the two runs are bitwise equal: the same
+losses at every step and the same parameters at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from scratchformer import backend, kernels
+from scratchformer.errors import ScratchformerError
+from scratchformer.exercises import EXERCISES, files
+from scratchformer.exercises.grade import grade
+from scratchformer.exercises.op import plugged
+from scratchformer.exercises.ops_attention import composed_attention_backward
+from scratchformer.ops import dropout, softmax
+from scratchformer.progress import clock
+from scratchformer.train.config import build
+from scratchformer.train.loop import Trainer
+
+#: the largest difference in held-out accuracy, in points, of a learner's run that is
+#: as good as the engine's
+POINTS = 1.0
+
+
+class NothingToTrain(ScratchformerError):
+    """No exercise of the folder passes: the run would be the engine's alone."""
+
+
+@dataclass
+class Run:
+    trainer: Trainer
+    result: object  # TrainResult
+    seconds: float
+
+    def curve(self) -> list[dict]:
+        """The "train" records of the run's metrics.jsonl."""
+        path = self.trainer.metrics_path
+        records = [json.loads(line) for line in path.read_text().splitlines() if line]
+        return [r for r in records if r.get("kind") == "train"]
+
+    def accuracy(self) -> float | None:
+        test = self.result.test or {}
+        value = test.get("seq_acc_decoded", test.get("accuracy"))
+        return None if value is None else 100.0 * value
+
+
+def passing(where: Path, echo=print) -> dict:
+    """``{exercise name: the learner's code}`` of the exercises of ``where`` that pass."""
+    found = {}
+    for ex, path in files.started(where):
+        code = {}
+        with contextlib.suppress(ScratchformerError):
+            code = files.load(path, ex)
+        g = grade(ex, code, path) if code else None
+        if g is not None and g.passed:
+            found[ex.name] = code
+        else:
+            echo(f"  {ex.name}: {g.short() if g else 'does not load'}: the engine's is used")
+    return found
+
+
+def plugs(found: dict) -> list:
+    """The context managers that put the learner's code in place."""
+    managers = [EXERCISES[name].plug(code) for name, code in found.items()]
+    if "attention" not in found and ("softmax" in found or "dropout" in found):
+        sm = found.get("softmax", {}).get("softmax_backward", softmax.softmax_backward)
+        dr = found.get("dropout", {}).get("dropout_backward", dropout.dropout_backward)
+        managers.append(plugged("attention", composed_attention_backward(sm, dr)))
+    return managers
+
+
+def configs(where: Path, steps: int | None, sets: list) -> tuple:
+    """The two runs' configurations: the default run, with ``sets`` (``[(dict, label)]``)
+    and ``steps`` over it, and its name and directory in the learner's folder."""
+    layers = list(sets)
+    if steps is not None:
+        layers.append(({"train": {"steps": steps}}, "--steps"))
+    out = []
+    for name in ("yours", "engine"):
+        place = {"name": name, "run_dir": str(where / "runs" / name)}
+        out.append(build([*layers, (place, "exercise train")]))
+    return tuple(out)
+
+
+def train_both(where: Path, steps=None, sets=(), progress=True, echo=print) -> tuple:
+    """Train with the learner's code, then with the engine's; ``(yours, engine, names)``."""
+    if kernels.reference_forced():
+        raise ScratchformerError(
+            "SCRATCHFORMER_KERNELS=reference forces the engine's ops everywhere: unset it "
+            "to train with yours"
+        )
+    cfg_yours, cfg_engine = configs(where, steps, sets)
+    echo(f"checking the exercises in {where}:")
+    found = passing(where, echo)
+    echo(f"  passing: {', '.join(found) or 'none'}")
+    if not found:
+        raise NothingToTrain(
+            f"no exercise in {where} passes yet: 'scratchformer exercise check' says why"
+        )
+    echo(f"\n== your run: {cfg_yours.out_dir} ==")
+    t0 = time.perf_counter()
+    trainer = Trainer(cfg_yours, overwrite=True, progress=progress, echo=echo)
+    _say_whose(found, trainer.model_config, echo)
+    with contextlib.ExitStack() as stack:
+        for manager in plugs(found):
+            stack.enter_context(manager)
+        yours = Run(trainer, trainer.run(), 0.0)
+    yours.seconds = time.perf_counter() - t0
+    echo(f"\n== the engine's run of the same config, for comparison: {cfg_engine.out_dir} ==")
+    t0 = time.perf_counter()
+    trainer = Trainer(cfg_engine, overwrite=True, progress=progress, echo=lambda *a: None)
+    engine = Run(trainer, trainer.run(), 0.0)
+    engine.seconds = time.perf_counter() - t0
+    echo(f"trained and judged in {clock(engine.seconds)}")
+    return yours, engine, list(found)
+
+
+def _say_whose(found: dict, model, echo) -> None:
+    """Which of the learner's exercises the model of config ``model`` runs, and where."""
+    used = [(n, EXERCISES[n].used_by(model)) for n in found]
+    if "attention" in found:  # their attention has its own softmax and dropout
+        used = [(n, "" if n == "softmax" else w) for n, w in used]
+    else:
+        used = [(n, w + ", and attention's" if n == "dropout" else w) for n, w in used]
+    echo("your backward passes in this run (the engine's everywhere else):")
+    for name, where in used:
+        if where:
+            echo(f"  {name:<22} {where}")
+    idle = [n for n, where in used if not where]
+    if idle:
+        echo(f"passing, but not used by this model: {', '.join(idle)}")
+
+
+def compare(yours: Run, engine: Run) -> tuple[list[str], bool]:
+    """The lines comparing the two runs, and whether the learner's is as good."""
+    lines = ["", "training loss (label-smoothed; each row the mean since the row before):"]
+    lines.append(f"  {'step':>6}  {'yours':>9}  {'engine':>9}")
+    mine, theirs = yours.curve(), {r["step"]: r for r in engine.curve()}
+    every = max(1, len(mine) // 10)
+    for i, r in enumerate(mine):
+        if i % every == 0 or i == len(mine) - 1:
+            other = theirs.get(r["step"], {}).get("loss", float("nan"))
+            lines.append(f"  {r['step']:>6}  {r['loss']:>9.4f}  {other:>9.4f}")
+    a, b = yours.accuracy(), engine.accuracy()
+    ok = True
+    if a is not None and b is not None:
+        gap = abs(a - b)
+        ok = gap <= POINTS
+        lines.append(
+            f"held-out exact match (the test set, the final model): yours {a:.2f}%, "
+            f"engine {b:.2f}% ({gap:.2f} points apart: "
+            f"{'within' if ok else 'more than'} {POINTS:g} point)"
+        )
+    equal = _bitwise(yours, engine)
+    lines.append(
+        "final parameters and every step's loss: bitwise equal to the engine's run"
+        if equal
+        else "final parameters: not bitwise equal to the engine's run (rounding differs: "
+        "your code computes the same math in another order, or differs)"
+    )
+    if ok:
+        lines.append("Your backward passes trained this Transformer.")
+    return lines, ok
+
+
+def _bitwise(yours: Run, engine: Run) -> bool:
+    np = backend.np
+    a = backend.asnumpy(yours.trainer.flat.params)
+    b = backend.asnumpy(engine.trainer.flat.params)
+    same_losses = [x for _, x in yours.result.losses] == [x for _, x in engine.result.losses]
+    return bool(same_losses and a.shape == b.shape and np.array_equal(a, b))
+
+
+__all__ = ["POINTS", "NothingToTrain", "Run", "compare", "configs", "passing", "train_both"]
