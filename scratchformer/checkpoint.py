@@ -95,7 +95,9 @@ def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_sta
     """Write ``model`` (and optionally an optimizer's state) to ``path`` atomically.
 
     ``optimizer``: an ``Adam`` (or its ``state_dict()``); ``meta`` and ``train_state``:
-    JSON-serialisable dicts. Returns the path written.
+    JSON-serialisable dicts. Returns the path written. A parameter or moment that is not
+    finite is refused (CheckpointError naming it), as the reader would refuse it: a
+    diverged state is never written.
 
     The write goes in three steps, each its own function: ``_create_temporary`` (an empty
     file beside ``path``), ``_write_arrays`` (written and fsync'ed), ``_install`` (renamed
@@ -113,6 +115,13 @@ def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_sta
             for k, v in opt[moment].items():
                 arrays[prefix + k] = backend.asnumpy(v)
         opt_scalars = {k: v for k, v in opt.items() if k not in OPTIM_PREFIXES}
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise CheckpointError(
+                f"cannot save {path}: {name!r} holds non-finite values (NaN or infinite), "
+                "which no checkpoint is read with: a diverged model is not saved"
+            )
     header = {
         "format": FORMAT,
         "version": VERSION,
@@ -218,18 +227,35 @@ def latest_checkpoint(directory) -> Path | None:
 # What must agree for a mean of parameters to mean anything: the same architecture
 # (every config field but the training-only ones), the same task and the same tokenizer.
 _TRAINING_ONLY = ("seed", "P_drop", "P_drop_attn", "P_drop_ffn", "eps_ls", "extra")
-_WHAT = ("model configurations", "tasks", "tokenizers")
+_WHAT = ("model configurations", "tasks", "tokenizers", "seeds", "training data")
 
 
 def _what_it_models(header: dict) -> tuple:
+    """What must agree for a mean of parameters to mean anything: one run's checkpoints
+    share the architecture, the task, the tokenizer, the seeds (the run's, and the
+    model's initialisation) and the training data (its fingerprint), where recorded
+    (``_agree``)."""
     config = header.get("config") or {}
     try:  # resolved, so that a default written out (N_dec = N) equals one left implicit
         config = TransformerConfig.from_dict(config).to_dict()
     except (TypeError, ValueError):
         pass  # compared as stored; reading the model reports what is wrong with it
-    config = {k: v for k, v in config.items() if k not in _TRAINING_ONLY}
     meta = header.get("meta") or {}
-    return config, task_of(meta), meta.get("tokenizer")
+    stored = meta.get("train_config") if isinstance(meta.get("train_config"), dict) else {}
+    seeds = {"run": stored.get("seed"), "model": config.get("seed")}
+    data = meta.get("data") or (header.get("train_state") or {}).get("data")
+    config = {k: v for k, v in config.items() if k not in _TRAINING_ONLY}
+    return config, task_of(meta), meta.get("tokenizer"), seeds, data
+
+
+def _agree(a, b) -> bool:
+    """Equal, where both are recorded: a seed or a data fingerprint that a checkpoint
+    does not hold (None; written by the API or an earlier version) is not compared."""
+    if a is None or b is None:
+        return True
+    if isinstance(a, dict) and isinstance(b, dict) and set(a) == set(b) and "run" in a:
+        return all(_agree(a[k], b[k]) for k in a)
+    return a == b
 
 
 def _difference(what: str, a, b) -> str:
@@ -237,7 +263,7 @@ def _difference(what: str, a, b) -> str:
     tasks, or just that the tokenizers differ (a BPE model is hundreds of KB)."""
     if what == "tokenizers":
         return "another vocabulary or tokenizer model"
-    if what == "model configurations":
+    if what in ("model configurations", "seeds"):
         keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
         return ", ".join(f"{k}: {a.get(k)!r} against {b.get(k)!r}" for k in keys[:4])
     return f"{a!r} against {b!r}"
@@ -246,10 +272,11 @@ def _difference(what: str, a, b) -> str:
 def average_checkpoints(paths) -> dict:
     """Element-wise mean of the parameters of ``paths``: ``{name: ndarray}``.
 
-    Every checkpoint must hold the same parameter names and shapes, the same model
-    configuration (training-only settings such as dropout aside), task and tokenizer
-    (else CheckpointError naming the difference). A tied matrix is stored once per
-    checkpoint, so it is averaged once. The sum runs in float64; the result has the stored dtype.
+    Every checkpoint must come from one run: the same parameter names and shapes, model
+    configuration (training-only settings such as dropout aside), task, tokenizer,
+    seeds and training data (else CheckpointError naming the difference). A tied matrix
+    is stored once per checkpoint, so it is averaged once. The sum runs in float64; the
+    result has the stored dtype.
     """
     np = backend.np
     paths = [Path(p) for p in paths]
@@ -264,7 +291,7 @@ def average_checkpoints(paths) -> dict:
             dtypes = {k: v.dtype for k, v in params.items()}
             continue
         for what, a, b in zip(_WHAT, model_of, _what_it_models(header)):
-            if a != b:
+            if not _agree(a, b):
                 raise CheckpointError(
                     f"cannot average {p} with {first}: their {what} differ "
                     f"({_difference(what, b, a)}); average checkpoints of one run"

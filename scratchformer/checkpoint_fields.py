@@ -114,6 +114,7 @@ def _check_meta(header: dict, path) -> None:
         ("train_config", dict, "a dict (a training configuration)"),
         ("task", str, "a task name"),
         ("labels", list, "a list of class labels"),
+        ("data", str, "a training data fingerprint"),
     ):
         if key in meta and not isinstance(meta[key], kind):
             raise _fail(path, f"meta.{key}", must, meta[key])

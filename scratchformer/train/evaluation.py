@@ -64,7 +64,7 @@ def teacher_forced(model, batches, eps_ls: float, pad_id: int | None, prediction
     m = {
         "loss": loss_sum / max(n_tok, 1),
         "nll": nll,
-        "ppl": math.exp(min(nll, 700.0)),  # exp(709) is the largest float64
+        "ppl": math.exp(nll) if nll <= 709.0 else None,  # beyond a float: none written
     }
     if per_row:
         m.update(token_acc=n_right / max(n_tok, 1), seq_acc=n_rows_right / max(n_rows, 1))

@@ -80,6 +80,7 @@ from scratchformer.train.rundir import (
     write_config,
 )
 from scratchformer.train.step import (
+    Divergence,
     Window,
     accumulate_gradients,
     dropout_seed,
@@ -136,6 +137,8 @@ class Trainer:
         )
         check_accumulation(t.accum_steps, len(self.sampler))
         self.model = self.task.build_model(self.model_config)
+        outputs = getattr(self.model, "num_classes", self.model_config.vocab_size)
+        self.divergence = Divergence(outputs)  # a finite loss that explodes stops the run
         self.smoothed = bool(self.model_config.eps_ls)  # the loss shown is not the NLL
         self.flat = self.model.flatten()  # every parameter in one array, every gradient too
         self.optimizer = Adam(self.flat, o.beta1, o.beta2, o.eps, o.weight_decay)
@@ -233,7 +236,12 @@ class Trainer:
         }
 
     def meta(self) -> dict:
-        return {**self.task.meta(), "train_config": self.cfg.to_dict()}
+        # the data's fingerprint too: averaging refuses checkpoints of other data
+        return {
+            **self.task.meta(),
+            "train_config": self.cfg.to_dict(),
+            "data": self.task.fingerprint(),
+        }
 
     def save(self) -> Path:
         """Checkpoint the run (rank 0 writes); never of a non-finite state (the losses of
@@ -283,11 +291,12 @@ class Trainer:
         batches = [self.next_batch() for _ in range(cfg.train.accum_steps)]
         r = self.world.rank
         rngs = [device.generator(dropout_seed(cfg.seed, s, i, r)) for i in range(len(batches))]
-        # loss, nll and the norm stay on the device: read at the next record or save
-        loss, nll, _, tokens = accumulate_gradients(self.model, batches, rngs, self.world)
-        grad_norm = clip_grad_norm(self.flat.grads, cfg.optim.clip_norm)
         lr = self.schedule(s)
-        with backend.np.errstate(over="ignore", invalid="ignore"):  # reported by save/loss
+        # loss, nll and the norm stay on the device: read at the next record or save, where
+        # a value that is not finite, or has exploded, is reported (no warning before it)
+        with backend.np.errstate(over="ignore", invalid="ignore"):
+            loss, nll, _, tokens = accumulate_gradients(self.model, batches, rngs, self.world)
+            grad_norm = clip_grad_norm(self.flat.grads, cfg.optim.clip_norm)
             self.optimizer.step(lr)
         self.step = s
         self.tokens_seen += tokens
@@ -312,22 +321,31 @@ class Trainer:
                 self._diverged(f"the training loss is {loss}", s)
             if not math.isfinite(norm):
                 self._diverged(f"the gradient norm is {norm}", s)
+            exploded = self.divergence.check(s, loss)
+            if exploded:
+                self._diverged(exploded, s, finite=True)
         self.checked_step = self.step
         return read
 
-    def _diverged(self, what: str, step: int | None = None):
-        """Stop: ``what`` is not finite at ``step``, or (None) at a step after the last
-        check, which ran when a record was logged or a checkpoint saved."""
+    def _diverged(self, what: str, step: int | None = None, finite: bool = False):
+        """Stop: ``what`` is not finite (or, ``finite``, has exploded: ``Divergence``) at
+        ``step``, or (None) at a step after the last check, which ran when a record was
+        logged or a checkpoint saved. Resuming would repeat the same steps exactly: the
+        advice is a lower learning rate."""
+        again = (
+            "lower the learning rate (--lr-factor, optim.lr) or lengthen the warmup (optim.warmup)"
+        )
         last = (
-            f"the last good checkpoint is {self.last_checkpoint} (continue with --resume)"
+            f"the last good checkpoint is {self.last_checkpoint}, and resuming it repeats "
+            f"these steps exactly: start again (--overwrite) and {again}"
             if self.last_checkpoint
-            else "no checkpoint was written yet"
+            else f"no checkpoint was written; start again (--overwrite) and {again}"
         )
         if step is None and self.step > self.checked_step + 1:
             at = f"between steps {self.checked_step + 1} and {self.step}"
         else:
             at = f"at step {self.step if step is None else step}"
-        msg = f"training stopped {at}: {what} (not finite); {last}"
+        msg = f"training stopped {at}: {what} ({'diverged' if finite else 'not finite'}); {last}"
         self.log({"kind": "error", "step": self.step if step is None else step, "message": msg})
         raise TrainingDiverged(msg)
 

@@ -58,7 +58,10 @@ def _num(x) -> str:
 FORMATS = {
     "loss": ("loss", _num),
     "nll": ("nll", _num),
-    "ppl": ("ppl", lambda x: f"{x:.3f}" if x < 1e4 else f"{x:.3g}"),
+    "ppl": (
+        "ppl",
+        lambda x: "beyond 1e308" if x is None else f"{x:.3f}" if x < 1e4 else f"{x:.3g}",
+    ),
     "bpc": ("bits/char", _num),
     "token_acc": ("token acc", _pct),
     "seq_acc": ("seq acc", _pct),

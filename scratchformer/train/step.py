@@ -1,11 +1,14 @@
 """One optimizer step's pieces: gradients accumulated over micro-batches, the dropout
-seed of each micro-batch, the running sums logged between two "train" records, and the
-check that the state after a step is finite."""
+seed of each micro-batch, the running sums logged between two "train" records, the
+check that the state after a step is finite, and the check that its loss has not
+exploded (``Divergence``)."""
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
+from collections import deque
 
 from scratchformer import backend
 from scratchformer.backend import xp
@@ -148,7 +151,7 @@ class Window:
             "epoch": epoch,
             "loss": self.loss / self.steps,  # the training objective, mean over the window
             "nll": self.nll / self.steps,  # without label smoothing: ppl = exp(nll)
-            "ppl": math.exp(min(self.nll / self.steps, 700.0)),
+            "ppl": perplexity(self.nll / self.steps),
             "lr": rec["lr"],
             "grad_norm": float(rec["grad_norm"]),  # before clipping, of the last step
             "tokens_per_s": self.tokens_per_s(),
@@ -156,4 +159,58 @@ class Window:
         }
 
 
-__all__ = ["Window", "accumulate_gradients", "dropout_seed"]
+def perplexity(nll: float) -> float | None:
+    """``exp(nll)``, or None where it is beyond a float (nll > 709): a diverged model's
+    perplexity is not a number to print, and no clamped one is written either."""
+    return math.exp(nll) if nll <= 709.0 else None
+
+
+class Divergence:
+    """A finite training loss that explodes stops the run as a non-finite one does. It is
+    judged on the losses the run reads anyway (``Window.flush``: at a "train" record and
+    before every checkpoint), so it adds no read from the device. A step diverges when
+
+    - its loss exceeds the loss of guessing uniformly among the model's ``K`` outputs,
+      ``U = log K`` (label smoothing or not), by ``max(U, 10)`` nats: a model that sure
+      of wrong answers (``p < e^-10`` on average) learns nothing more; or
+    - for ``PERSIST`` steps in a row its loss exceeds ``U`` and ``SPIKE`` times the median
+      of the ``RECENT`` steps before (at least ``MIN_HISTORY`` of them): a run that had
+      learnt something and is now worse than guessing.
+
+    The first rule alone fires on a fresh model, whose loss starts near ``U``. A spike of
+    a step or two that recovers stops nothing."""
+
+    RECENT, MIN_HISTORY, SPIKE, PERSIST = 200, 20, 4.0, 3
+
+    def __init__(self, outputs: int):
+        self.uniform = math.log(max(outputs, 2))
+        self.limit = self.uniform + max(self.uniform, 10.0)
+        self.recent: deque = deque(maxlen=self.RECENT)
+        self.run = 0  # steps in a row above the second rule's bound
+
+    def check(self, step: int, loss: float) -> str:
+        """'' for a sound step; else why step ``step`` with ``loss`` diverged."""
+        if loss > self.limit:
+            return (
+                f"the training loss is {loss:.4g}, above {self.limit:.3g} (guessing uniformly "
+                f"among {round(math.exp(self.uniform))} outputs scores {self.uniform:.3g})"
+            )
+        why = ""
+        if len(self.recent) >= self.MIN_HISTORY:
+            median = statistics.median(self.recent)
+            if loss > max(self.uniform, self.SPIKE * median):
+                self.run += 1
+                if self.run >= self.PERSIST:
+                    why = (
+                        f"the training loss is {loss:.4g} for {self.run} steps, worse than "
+                        f"guessing uniformly ({self.uniform:.3g}) and {loss / median:.3g} "
+                        f"times its median of the {len(self.recent)} steps before "
+                        f"({median:.3g})"
+                    )
+            else:
+                self.run = 0
+        self.recent.append(loss)
+        return why
+
+
+__all__ = ["Divergence", "Window", "accumulate_gradients", "dropout_seed", "perplexity"]

@@ -547,13 +547,28 @@ def test_mismatched_keys_or_shapes_are_errors(tmp_path):
 
 
 def test_mixed_runs_are_refused(tmp_path):
-    """Equal shapes are not enough: a pre-LN model, another task or another tokenizer
-    makes the mean meaningless, and the error says which. Dropout and seed may differ."""
+    """Equal shapes are not enough: a pre-LN model, another task, another tokenizer,
+    another seed or other training data make the mean meaningless, and the error says
+    which. Dropout may differ."""
     a = save_checkpoint(tmp_path / "a.npz", tiny_model(), meta={"task": "reverse"})
-    ok = save_checkpoint(
-        tmp_path / "ok.npz", tiny_model(seed=5, P_drop=0.3), meta={"task": "reverse"}
-    )
+    ok = save_checkpoint(tmp_path / "ok.npz", tiny_model(P_drop=0.3), meta={"task": "reverse"})
     average_checkpoints([a, ok])
+    seed = save_checkpoint(tmp_path / "s.npz", tiny_model(seed=5), meta={"task": "reverse"})
+    with pytest.raises(CheckpointError, match=r"seeds differ \(model: 5 against 0\)"):
+        average_checkpoints([a, seed])
+    runs = [{"task": "reverse", "train_config": {"seed": s}} for s in (3, 4)]
+    one, other = (
+        save_checkpoint(tmp_path / f"r{i}.npz", tiny_model(), meta=m) for i, m in enumerate(runs)
+    )
+    average_checkpoints([a, other])  # a seed that a is not known to have: not compared
+    with pytest.raises(CheckpointError, match=r"seeds differ \(run: 4 against 3\)"):
+        average_checkpoints([one, other])
+    data = [{"task": "reverse", "data": d} for d in ("ab12", "cd34")]
+    x, y = (
+        save_checkpoint(tmp_path / f"d{i}.npz", tiny_model(), meta=m) for i, m in enumerate(data)
+    )
+    with pytest.raises(CheckpointError, match="training data differ \\('cd34' against 'ab12'\\)"):
+        average_checkpoints([x, y])
     pre = save_checkpoint(tmp_path / "pre.npz", tiny_model(norm="pre"), meta={"task": "reverse"})
     with pytest.raises(CheckpointError, match="norm: 'pre' against 'post'"):
         average_checkpoints([a, pre])

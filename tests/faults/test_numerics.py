@@ -1,11 +1,18 @@
-"""Numerical faults: no checkpoint is ever written of a non-finite state.
+"""Numerical faults: no checkpoint is ever written of a non-finite or diverged state.
 
 A step can leave parameters or Adam's moments infinite while its own loss was still
 finite (an enormous learning rate overflows the update); the next checkpoint would then
 hold that state and be recommended for ``--resume``. The trainer checks parameters and
 both moments before every save, stops, and names the last checkpoint that is finite.
+
+A finite loss that explodes (far above guessing, or above its own recent history) is a
+stop too, judged on the losses read at each record and before each save (no read from
+the device per step), with the same one line and the same guarantee; resuming would
+repeat the same steps, and the line says so. ``average`` refuses checkpoints of two
+runs, and the API refuses to save a non-finite model.
 """
 
+import json
 import math
 
 import numpy as np
@@ -30,7 +37,7 @@ def test_an_overflowing_update_leaves_no_checkpoint(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert "training stopped at step 1" in err[0] and "not finite" in err[0]
-    assert "no checkpoint was written yet" in err[0]
+    assert "no checkpoint was written; start again (--overwrite)" in err[0]
     assert list_checkpoints(run / "checkpoints") == [] if (run / "checkpoints").exists() else True
     assert not (run / "checkpoints" / "averaged.npz").exists()
 
@@ -114,6 +121,15 @@ def test_beam_settings_are_checked(tiny_models, setting, message):
     assert str(e.value).startswith(message)
 
 
+def test_a_perplexity_beyond_a_float_is_written_as_none():
+    """exp(nll) of a diverged model is not clamped to a number that looks measured."""
+    from scratchformer.train.report import FORMATS
+    from scratchformer.train.step import perplexity
+
+    assert perplexity(1e7) is None and perplexity(2.0) == pytest.approx(math.exp(2.0))
+    assert FORMATS["ppl"][1](None) == "beyond 1e308"
+
+
 @pytest.mark.parametrize("value", [1e300, 1e30, 12345.678, float("inf")])
 def test_a_huge_perplexity_is_printed_in_a_few_digits(value):
     """A diverging run's perplexity (exp of a loss of 700) is a number, not 300 digits."""
@@ -135,3 +151,91 @@ def test_a_diverging_learning_rate_stops_with_finite_checkpoints_only(tmp_path, 
     for _, path in list_checkpoints(run / "checkpoints") if (run / "checkpoints").exists() else []:
         state = load_checkpoint(path).model.state_dict()
         assert all(np.isfinite(a).all() for a in state.values())
+
+
+# -- a finite loss that explodes ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--set", "optim.schedule=constant", "--set", "optim.lr=1000"],
+        ["--lr-factor", "1e9"],
+    ],
+    ids=["lr-1000-constant", "lr-factor-1e9"],
+)
+def test_an_exploding_loss_stops_the_run_before_a_checkpoint_of_it(tmp_path, capsys, flags):
+    run = tmp_path / "run"
+    argv = ["train", *TINY_RUN, "--run-dir", str(run), "--steps", "50", "--checkpoint-every", "1"]
+    rc = cli_main([*argv, *flags])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "training stopped at step" in err[0] and "(diverged)" in err[0]
+    assert "above 12.6 (guessing uniformly among 14 outputs scores 2.64)" in err[0]
+    assert "lower the learning rate" in err[0] and "continue with --resume" not in err[0]
+    found = list_checkpoints(run / "checkpoints") if (run / "checkpoints").exists() else []
+    step = int(err[0].split("training stopped at step ")[1].split(":")[0])
+    assert all(s < step for s, _ in found) and not (run / "checkpoints" / "averaged.npz").exists()
+    for _, path in found:
+        assert all(np.isfinite(a).all() for a in load_checkpoint(path).model.state_dict().values())
+    last = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    assert last["kind"] == "error" and last["step"] == step
+
+
+def test_a_divergence_after_checkpoints_names_the_last_good_one_and_repeats_on_resume(
+    tmp_path, capsys
+):
+    """A linear warmup to a constant rate too high: checkpoints every 2 steps until the
+    loss explodes; resuming the last good checkpoint repeats the same steps and stops at
+    the same step with the same line (so the line says to change the learning rate)."""
+    run = tmp_path / "run"
+    argv = ["train", *TINY_RUN, "--run-dir", str(run), "--steps", "60", "--no-test"]
+    argv += ["--checkpoint-every", "2", "--log-every", "2", "--set", "optim.schedule=constant"]
+    argv += ["--set", "optim.lr=8", "--set", "optim.warmup=200"]
+    assert cli_main(argv) == 2
+    first = capsys.readouterr().err.strip().splitlines()
+    assert len(first) == 1 and "(diverged)" in first[0], first
+    kept = list_checkpoints(run / "checkpoints")
+    assert kept and f"the last good checkpoint is {kept[-1][1]}" in first[0]
+    assert "resuming it repeats these steps exactly" in first[0]
+    assert cli_main([*argv, "--resume"]) == 2
+    again = capsys.readouterr().err.strip().splitlines()
+    assert again == first
+    assert list_checkpoints(run / "checkpoints") == kept
+
+
+def test_a_spike_that_recovers_stops_nothing_and_a_lasting_one_does():
+    from scratchformer.train.step import Divergence
+
+    d = Divergence(outputs=100)  # uniform: log 100 = 4.6, limit 14.6
+    assert [d.check(s, 1.0) for s in range(30)] == [""] * 30
+    assert d.check(30, 9.0) == d.check(31, 9.0) == ""  # two steps above 4.6 and 4 x 1.0
+    assert d.check(32, 1.1) == ""  # recovered: the count starts again
+    assert d.check(33, 9.0) == d.check(34, 9.0) == ""
+    assert "for 3 steps, worse than guessing uniformly" in d.check(35, 9.0)
+    assert "above 14.6" in Divergence(outputs=100).check(1, 15.0)  # at once, any history
+    assert Divergence(outputs=100).check(1, 14.0) == ""  # a fresh model near log 100
+
+
+def test_the_api_refuses_to_save_a_non_finite_model(tmp_path):
+    from scratchformer.checkpoint import CheckpointError, save_checkpoint
+    from scratchformer.models import Transformer, TransformerConfig
+
+    model = Transformer(TransformerConfig.preset("tiny", vocab_size=13))
+    model.parameters()["embed.E"][3, 2] = np.nan
+    with pytest.raises(CheckpointError, match="'model/embed.E' holds non-finite values"):
+        save_checkpoint(tmp_path / "c.npz", model)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_average_refuses_checkpoints_of_two_runs(tmp_path, capsys):
+    """Two reverse runs with other seeds: the same shapes, task and tokenizer."""
+    paths = []
+    for seed in ("1", "2"):
+        run = tmp_path / f"run{seed}"
+        assert cli_main(["train", *TINY_RUN, "--run-dir", str(run), "--steps", "2", "--no-test"]
+                        + ["--seed", seed]) == 0  # fmt: skip
+        paths.append(str(run / "checkpoints" / "checkpoint_2.npz"))
+    capsys.readouterr()
+    assert cli_main(["average", *paths, "-o", str(tmp_path / "avg.npz")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "their seeds differ (model: 2 against 1, run: 2 against 1)" in err[0]
+    assert not (tmp_path / "avg.npz").exists()
