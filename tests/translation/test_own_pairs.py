@@ -19,6 +19,7 @@ from task_data import corpus
 
 from scratchformer.data.bible_pairs import split_pairs
 from scratchformer.data.pairs import vocabulary_for
+from scratchformer.train import TASKS, TrainConfig
 from scratchformer.train.tasks import fit
 
 pytest.importorskip("sentencepiece", reason="the translation tests need the bpe extra")
@@ -117,3 +118,18 @@ def test_the_sizes_chosen_grow_with_the_data():
     assert fit.model_for(1_000_000, 60, 100)[0]["d_model"] == 256
     assert fit.model_for(10_000_000, 60, 100)[0]["d_model"] == 512
     assert fit.model_for(70_000, 130, 140)[0]["max_len"] == 192  # the source + 50 decoded
+
+
+def test_a_model_far_larger_than_its_data_is_named_in_a_note(tmp_path):
+    """--task translate on a small TSV trains bible-cpu's model, saying it is too large."""
+    (tmp_path / "p.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs_200()), "utf-8")
+    split_pairs(tmp_path / "p.tsv", tmp_path / "data")
+    d = {"task": {"name": "translate", "data_dir": str(tmp_path / "data"), "vocab_size": 0}}
+    cfg = TrainConfig.from_dict(d)
+    task = TASKS["translate"](cfg.task)
+    task.configure(cfg.model, cfg.seed)  # bible-cpu's model: d_model 256
+    notes = task.notes()
+    assert any(n.startswith("note: d_model=256 for ") and "--config pairs" in n for n in notes)
+    task = TASKS["translate"](cfg.task)
+    task.configure({"preset": "data"}, cfg.seed)
+    assert not any(n.startswith("note: d_model") for n in task.notes())

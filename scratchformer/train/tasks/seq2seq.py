@@ -199,16 +199,24 @@ class TranslateTask(Seq2SeqTask):
         self.data = translation_pairs(s.data_dir, vocab_size=s.vocab_size, max_len=s.max_len)
         self.tokenizer = self.data.tokenizer
         self.fitted = ""  # the model chosen from the data, in words ("": none was)
+        self.oversized = ""  # a note when the model given is far larger than the data
 
     def configure(self, model: dict, seed: int):
         """``[model] preset = "data"``: the model sized to the training pairs (``fit``),
         the other ``[model]`` keys on top."""
-        if model.get("preset") != "data":
-            return super().configure(model, seed)
         sources = [len(s) for s, _ in self.examples("train")]
         tokens = sum(len(t) + 1 for _, t in self.examples("train"))  # + <eos>
         longest = max(int(self.widths(split).max()) for split in ("train", "valid", "test"))
         fitted, why = fit.model_for(tokens, max(sources), longest)
+        if model.get("preset") != "data":
+            config = super().configure(model, seed)
+            if config.d_model > fitted["d_model"]:  # a model far larger than its data
+                self.oversized = (
+                    f"note: d_model={config.d_model} for {why.split(':')[0]}: a model "
+                    f"this size learns these pairs by heart; --config pairs (or --set "
+                    f'model.preset="data") sizes it from the data (d_model={fitted["d_model"]})'
+                )
+            return config
         rest = {k: v for k, v in model.items() if k != "preset"}
         config = super().configure({**fitted, **rest}, seed)
         self.fitted = f"model {fit.describe(config)} ({why})"
@@ -229,6 +237,8 @@ class TranslateTask(Seq2SeqTask):
                 '  (the config\'s task.vocab_size = 0 and model.preset = "data"; set a size '
                 "with --set task.vocab_size=N or --set model.KEY=VALUE)"
             )
+        if self.oversized:
+            lines.append(self.oversized)
         nll = self.unigram_nll("valid")
         lines.append(
             f"unigram baseline: dev nll {nll:.4f} (ppl {math.exp(nll):.1f}), the training "
