@@ -139,7 +139,8 @@ def header(cfg, task, model, batches_per_epoch: int, run_dir, ranks: int = 1) ->
         f"valid / {sizes['test']} test examples, vocabulary {mc.vocab_size}",
         f"model: {type(model).__name__}, {model.num_parameters():,} parameters "
         f"(N={mc.N}, d_model={mc.d_model}, h={mc.h}, {attn} attention)",
-        f"plan: {t.steps} steps of <= {t.max_tokens} tokens{accum}{limit}, "
+        f"plan: {t.steps} step{'s' if t.steps != 1 else ''} of <= {t.max_tokens} tokens"
+        f"{accum}{limit}, "
         f"{batches_per_epoch} batches/epoch -> {run_dir}",
         *loss_note(mc.eps_ls),
     ]
