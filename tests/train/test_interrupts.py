@@ -31,6 +31,15 @@ from scratchformer.train.rundir import RunLock
 PREFIX = "scratchformer train: "
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_raises():
+    """Python's own handler of SIGINT (KeyboardInterrupt), as in a terminal: a process
+    started in the background by a shell inherits SIGINT ignored, and keeps it so."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def config(root, steps: int, **train):
     """A tiny reverse run in ``root/run``: a checkpoint every 5 steps, a record every step,
     a validation every 4."""
