@@ -199,7 +199,8 @@ def derivation(anchor: str) -> str:
 
 
 def slug(title: str) -> str:
-    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    """GitHub's anchor of a heading, as the docs site makes it too: lower case,
+    punctuation dropped, each space a hyphen ("Add & Norm" -> "add--norm")."""
     kept = "".join(c for c in title.strip().lower() if c.isalnum() or c in " -_")
     return kept.replace(" ", "-")
 

@@ -303,7 +303,9 @@ def _named(mistake: Mistake, tensors) -> list[str]:
 
 
 def _wrap(text: str) -> list[str]:
-    return textwrap.wrap(text, 92, initial_indent="  ", subsequent_indent="        ")
+    return textwrap.wrap(
+        text, 92, initial_indent="  ", subsequent_indent="        ", break_on_hyphens=False
+    )
 
 
 __all__ = [

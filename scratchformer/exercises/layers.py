@@ -205,7 +205,7 @@ FFN = LayerExercise(
     name="ffn",
     title="the position-wise feed-forward network",
     summary="act(x W_1 + b_1) W_2 + b_2 at every position: PositionwiseFeedForward.backward",
-    section="add-norm-post-ln-and-pre-ln",
+    section="add--norm-post-ln-and-pre-ln",
     methods=(
         Method(
             PositionwiseFeedForward,
@@ -302,7 +302,7 @@ ADD_NORM = LayerExercise(
     name="add_norm",
     title="Add & Norm, post-LN and pre-LN",
     summary="the residual block around a sub-layer: AddNorm.exit_backward, enter_backward",
-    section="add-norm-post-ln-and-pre-ln",
+    section="add--norm-post-ln-and-pre-ln",
     methods=(
         Method(
             AddNorm,
@@ -366,28 +366,28 @@ It is checked around a linear sub-layer, y = exit(x, Linear(enter(x))), in both 
             "residual-skips-norm",
             "post-LN: the residual path given dy instead of the LayerNorm's backward of dy",
             "in post-LN the residual x + s passes through the LayerNorm too: both paths "
-            "start from its backward (docs/derivations.md#add-norm-post-ln-and-pre-ln)",
+            "start from its backward (docs/derivations.md#add--norm-post-ln-and-pre-ln)",
             add_norm_exit_backward=lambda self, d, c: _exit(self, d, c, residual_norm=False),
         ),
         method_mistake(
             "dropout-on-residual",
             "the residual dropout applied to the residual path too",
             "dropout is on the sub-layer's output only: y = ... x + Dropout(s) ... "
-            "(docs/derivations.md#add-norm-post-ln-and-pre-ln)",
+            "(docs/derivations.md#add--norm-post-ln-and-pre-ln)",
             add_norm_exit_backward=lambda self, d, c: _exit(self, d, c, residual_dropout=True),
         ),
         method_mistake(
             "sublayer-no-dropout",
             "the sub-layer's gradient not sent back through the residual dropout",
             "s reached the sum through Dropout(s): ds goes back through the same mask "
-            "(docs/derivations.md#add-norm-post-ln-and-pre-ln)",
+            "(docs/derivations.md#add--norm-post-ln-and-pre-ln)",
             add_norm_exit_backward=lambda self, d, c: _exit(self, d, c, sublayer_dropout=False),
         ),
         method_mistake(
             "pre-ln-enter-identity",
             "pre-LN: enter_backward skips the LayerNorm",
             "in pre-LN the sub-layer reads LayerNorm(x): its gradient goes back through "
-            "the LayerNorm's backward (docs/derivations.md#add-norm-post-ln-and-pre-ln)",
+            "the LayerNorm's backward (docs/derivations.md#add--norm-post-ln-and-pre-ln)",
             add_norm_enter_backward=lambda self, d, c: _enter(self, d, c, norm=False),
         ),
     ),
@@ -489,7 +489,7 @@ feed-forward network, each inside its Add & Norm (post-LN or pre-LN):
             "ffn-residual-dropped",
             "the residual path around the FFN dropped",
             "x reaches the FFN block's output twice: through the FFN and directly; add "
-            "exit_backward's dx (docs/derivations.md#add-norm-post-ln-and-pre-ln)",
+            "exit_backward's dx (docs/derivations.md#add--norm-post-ln-and-pre-ln)",
             encoder_layer_backward=lambda self, d, c: _encoder(self, d, c, ffn_residual=False),
         ),
     ),
@@ -576,7 +576,7 @@ each inside its Add & Norm:
             "cross-residual-dropped",
             "the residual path around cross-attention dropped",
             "y reaches the cross-attention block's output twice: through the attention and "
-            "directly (docs/derivations.md#add-norm-post-ln-and-pre-ln)",
+            "directly (docs/derivations.md#add--norm-post-ln-and-pre-ln)",
             decoder_layer_backward=lambda self, d, c: _decoder(self, d, c, cross_residual=False),
         ),
         method_mistake(
