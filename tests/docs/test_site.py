@@ -187,6 +187,42 @@ def test_derivations_render_in_chromium(site):
 
 
 @pytest.mark.slow
+def test_exercises_page_renders_and_its_links_resolve(site):
+    """The Exercises page: its math typeset by the MathJax shipped in the site, none an
+    error, no TeX left in the text; every link on it leads to a page of the site, and
+    every anchor to an element of that page (a renamed heading in the derivations breaks
+    it). A screenshot is saved (to $SCRATCHFORMER_EXERCISES_SCREENSHOT when set)."""
+    page = _Page()
+    page.feed(browse(site / "exercises.html", "--dump-dom"))
+    assert page.arithmatex >= 10, f"only {page.arithmatex} formulas on the page"
+    assert page.frames == page.arithmatex, f"{page.frames} of {page.arithmatex} typeset"
+    assert page.inside == page.frames and page.errors == 0
+    plain = html.unescape(" ".join(page.plain))
+    assert not RAW_TEX.search(plain), RAW_TEX.findall(plain)[:5]
+    assert "recognised: layer norm without its variance term" in "".join(page.code)
+
+    text = (site / "exercises.html").read_text(encoding="utf-8")
+    links = set(re.findall(r'<a [^>]*href="([^"]+)"', text))
+    dead = []
+    for href in sorted(links):
+        if href.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = html.unescape(href).partition("#")
+        target = site / "exercises.html" if not path else site / path
+        if not target.is_file():
+            dead.append(href)
+        elif anchor and f'id="{anchor}"' not in target.read_text(encoding="utf-8"):
+            dead.append(href)
+    assert any(h.startswith("derivations.html#") for h in links)
+    assert not dead, f"dead links on the Exercises page: {dead}"
+
+    shot = Path(os.environ.get("SCRATCHFORMER_EXERCISES_SCREENSHOT") or site / "exercises.png")
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    browse(site / "exercises.html", "--window-size=1280,2400", f"--screenshot={shot}")
+    assert shot.stat().st_size > 50_000, "the screenshot is blank"
+
+
+@pytest.mark.slow
 def test_every_derivation_shows_the_exact_code(site):
     """Under every Code: line the built page holds each named function's source as
     ``ast`` finds it in the file today, line for line, with the file's line numbers."""
