@@ -36,6 +36,7 @@ __all__ = [
     "precision",
     "host_rng",
     "is_array",
+    "on_host",
     "BackendError",
 ]
 
@@ -145,6 +146,12 @@ def is_array(x) -> bool:
     return isinstance(x, numpy.ndarray) or (
         _state["name"] == "cupy" and type(x).__module__.startswith("cupy")
     )
+
+
+def on_host(x) -> bool:
+    """True for a NumPy array (host memory), False for a device array (even where the
+    device is NumPy itself: an array the package made through ``xp``)."""
+    return type(x) is numpy.ndarray
 
 
 def asnumpy(x):

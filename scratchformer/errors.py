@@ -49,7 +49,7 @@ def check_token_ids(ids, vocab_size: int, name: str):
     if not hasattr(ids, "dtype") or ids.dtype.kind not in "iu":
         got = getattr(ids, "dtype", type(ids).__name__)
         raise TokenError(f"{name} must hold integer token ids, got dtype {got}")
-    if isinstance(ids, backend.np.ndarray):  # on the host
+    if backend.on_host(ids):
         host = ids
         bad = ids.size > 0 and (ids.min() < 0 or ids.max() >= vocab_size)
         ids = backend.asarray(ids)

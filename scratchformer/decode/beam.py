@@ -97,8 +97,11 @@ def _top_candidates(cand, k: int):
         part = xp.argpartition(-cand, k - 1, axis=1)[:, :k]  # (B, k) unordered
     else:
         part = xp.broadcast_to(xp.arange(M), cand.shape)
-    vals = backend.asnumpy(xp.take_along_axis(cand, part, axis=1))
-    part = backend.asnumpy(part)
+    # one transfer for both: the indices (< K*V) are exact in the float64 log-probabilities
+    both = backend.asnumpy(
+        xp.stack([xp.take_along_axis(cand, part, axis=1), part.astype(cand.dtype)])
+    )
+    vals, part = both[0], both[1].astype(np.int64)
     order = np.lexsort((part, -vals), axis=-1)  # by value desc, then index asc
     return np.take_along_axis(part, order, axis=1), np.take_along_axis(vals, order, axis=1)
 
@@ -195,7 +198,7 @@ def _reorder(kv, history, keep, new_parent, new_tok, Ba: int):
     kv.reorder(rows, sentences=None if keep.size == Ba else keep)
     chosen = new_tok[keep].reshape(-1, 1)  # (R', 1)
     history = np.concatenate([history[rows], chosen], axis=1)
-    return history, backend.asarray(chosen.astype(np.int64))
+    return history, chosen.astype(np.int64)  # host: decode_step moves it
 
 
 def _done_sentences(finished, active, max_lens, alive, new_cum, step: int, alpha):
@@ -260,7 +263,7 @@ def beam_search(
     check_vocabulary(cfg, min_len)
     np = backend.np
     K, V, eos = beam_size, cfg.vocab_size, cfg.eos_id
-    src = backend.asarray(src)
+    src = src if backend.is_array(src) else np.asarray(src)  # host ids stay on the host
     max_lens = max_output_lengths(
         source_lengths(model, src), max_len_a, max_len_b, cfg.max_len
     )  # (B,) host: L_i

@@ -164,8 +164,9 @@ def constrain(scores, step: int, max_lens, min_len: int, config):
 
 
 def bos_column(rows: int, config):
-    """(R, 1) the first decoder input of every row."""
-    return xp.full((rows, 1), config.bos_id, dtype=xp.int64)
+    """(R, 1) host: the first decoder input of every row (host tokens are checked and
+    moved by the model's ``decode_step``, so nothing is read back for them)."""
+    return backend.np.full((rows, 1), config.bos_id, dtype=backend.np.int64)
 
 
 __all__ = [

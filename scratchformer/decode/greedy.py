@@ -44,7 +44,7 @@ def greedy_decode(model, src, max_len_a=1.0, max_len_b=50, min_len=0) -> list[li
     cfg = model.config
     check_vocabulary(cfg, min_len)
     np = backend.np
-    src = backend.asarray(src)
+    src = src if backend.is_array(src) else np.asarray(src)  # host ids stay on the host
     max_lens = max_output_lengths(
         source_lengths(model, src), max_len_a, max_len_b, cfg.max_len
     )  # (B,) host
@@ -68,7 +68,7 @@ def greedy_decode(model, src, max_len_a=1.0, max_len_b=50, min_len=0) -> list[li
             keep = np.flatnonzero(going)
             kv.reorder(keep, sentences=keep)  # drop finished rows (K = 1: rows = sentences)
             active, next_tok = active[keep], next_tok[keep]
-        tokens = backend.asarray(next_tok[:, None].astype(np.int64))  # (R, 1)
+        tokens = next_tok[:, None].astype(np.int64)  # (R, 1) host: decode_step moves it
     return outputs
 
 

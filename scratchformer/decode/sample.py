@@ -81,7 +81,8 @@ def generate(
         "ask for fewer samples or tokens",
     )
     kv = model.init_kv(num_samples, capacity=len(prompt) + max_new)
-    tokens = backend.asarray(np.tile(np.asarray(prompt, dtype=np.int64), (num_samples, 1)))
+    # host tokens: decode_step checks them on the host and moves them (nothing read back)
+    tokens = np.tile(np.asarray(prompt, dtype=np.int64), (num_samples, 1))
     out = [[] for _ in range(num_samples)]
     done = np.zeros(num_samples, dtype=bool)
     banned = (cfg.pad_id, cfg.bos_id)
@@ -95,7 +96,7 @@ def generate(
                 out[r].append(int(nxt[r]))
         if done.all():
             break
-        tokens = backend.asarray(nxt[:, None].astype(np.int64))  # (R, 1)
+        tokens = nxt[:, None].astype(np.int64)  # (R, 1) host
     return out
 
 
