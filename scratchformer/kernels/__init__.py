@@ -20,6 +20,7 @@ dot products, the dropout generator), sits below ops/ in scratchformer/device/.
 
 from __future__ import annotations
 
+from scratchformer.device.counter import CounterGenerator
 from scratchformer.kernels import inplace
 from scratchformer.kernels.table import (
     REFERENCE,
@@ -132,6 +133,45 @@ cross_entropy.register(
         default=True,
         exact=True,
         note=_INPLACE + "; the cache serves one backward",
+    )
+)
+
+
+# The counter-based generator's dropout: its NumPy mirror (the reference op drawing from
+# the counter-based generator, which the CUDA kernel reproduces bit for bit) and the
+# kernel, written without a GPU: off until a GPU run proves it.
+def _counter_dropout_forward(x, p: float, rng=None):
+    """``dropout_forward`` with the draws of the counter-based generator: a generator of
+    another kind is replaced by a counter-based one seeded from it."""
+    if rng is not None and not isinstance(rng, CounterGenerator):
+        rng = CounterGenerator(int(rng.integers(0, 2**62)))
+    return _dropout.dropout_forward(x, p, rng)
+
+
+def _cuda_dropout_forward(x, p: float, rng=None):
+    from scratchformer.kernels import cupy_kernels  # noqa: PLC0415  (needs CuPy)
+
+    return cupy_kernels.dropout_forward(x, p, rng)
+
+
+dropout.register(
+    Implementation(
+        "counter",
+        _counter_dropout_forward,
+        _dropout.dropout_backward,
+        exact=True,
+        note="the NumPy mirror of the cuda kernel: the counter-based generator's masks",
+    )
+)
+dropout.register(
+    Implementation(
+        "cuda",
+        _cuda_dropout_forward,
+        _dropout.dropout_backward,
+        backends=("cupy",),
+        proven=False,
+        exact=True,
+        note="one launch (kernels/cuda_sources.py DROPOUT), the counter-based masks",
     )
 )
 

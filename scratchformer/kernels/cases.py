@@ -21,9 +21,11 @@ from scratchformer.ops.relative_attention import relative_index
 
 @dataclass(frozen=True)
 class Seed:
-    """A dropout generator seeded with ``n``, made afresh for each run of a case."""
+    """A dropout generator seeded with ``n``, made afresh for each run of a case (the
+    counter-based one with ``counter``: the draws every device and kernel shares)."""
 
     n: int
+    counter: bool = False
 
 
 @dataclass
@@ -73,7 +75,11 @@ def _positional(r, dt):
 
 def _dropout(r, dt):
     x = _randn(r, (2, 3, 5), dt)
-    return [Case("p 0.3", (x, 0.3), {"rng": Seed(4)}), Case("off", (x, 0.3))]
+    return [
+        Case("p 0.3", (x, 0.3), {"rng": Seed(4, counter=True)}),
+        Case("p 0.3, odd size", (x[..., :3], 0.3), {"rng": Seed(5, counter=True)}),
+        Case("off", (x, 0.3)),
+    ]
 
 
 def _layernorm(r, dt):

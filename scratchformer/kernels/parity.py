@@ -61,7 +61,7 @@ class Row:
 def _fresh(value):
     """A copy of a case's input for one run (Seed -> a new generator)."""
     if isinstance(value, Seed):
-        return device.generator(value.n)
+        return device.generator(value.n, counter=value.counter)
     return copy.deepcopy(value) if backend.is_array(value) else value
 
 

@@ -101,3 +101,29 @@ def test_a_fork_of_numpys_generator_replays_it_without_seeding():
     g.random(5)
     f = device.fork(g)
     np.testing.assert_array_equal(B.asnumpy(g.random(7)), B.asnumpy(f.random(7)))
+
+
+def test_generators_are_made_once_not_per_attention_block_or_check_evaluation(monkeypatch):
+    """Memory-efficient attention replays its block masks from a fork of the generator,
+    a gradient check its evaluations' masks from forks of one generator: no generator is
+    made per block or per evaluation (on CuPy each would be work; on any device, a fork is
+    a copy of a state)."""
+    from scratchformer.gradcheck import check_model
+    from scratchformer.models import Transformer, TransformerConfig
+    from scratchformer.ops.blockwise_attention import (
+        blockwise_attention_backward,
+        blockwise_attention_forward,
+    )
+
+    made = []
+    original = device.generator
+    monkeypatch.setattr(device, "generator", lambda *a, **k: made.append(a) or original(*a, **k))
+    r = np.random.default_rng(0)
+    Q = B.asarray(r.standard_normal((2, 2, 13, 4)))
+    O, cache = blockwise_attention_forward(Q, Q, Q, None, 4, 0.3, original(5))
+    blockwise_attention_backward(B.asarray(r.standard_normal(O.shape)), cache)
+    assert made == []  # 4 blocks, forward and backward: nothing made
+    cfg = TransformerConfig.preset("tiny", vocab_size=11, N=1)
+    src = B.asarray(np.array([[3, 4, 5], [6, 7, 0]]))
+    rep = check_model(Transformer(cfg), src, src, src, rng=3, max_entries=3)
+    assert rep.passed and len(made) == 1  # one generator for every evaluation

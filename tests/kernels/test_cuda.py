@@ -1,0 +1,97 @@
+"""The GPU kernels, checked on a machine without a GPU: each compiles with NVRTC for
+sm_80 and sm_90 (a compile error fails, never skips, under CI=true), a planted syntax
+error is caught with NVRTC's log, and the dropout kernel's exact integer steps, run
+with NumPy, draw the masks of the counter-based generator (its mirror) bit for bit.
+ptxas, where present, reports registers and spills (printed, never asserted)."""
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from scratchformer import backend as B
+from scratchformer.device.counter import CounterGenerator
+from scratchformer.kernels.cuda_sources import DROPOUT, SOURCES
+from scratchformer.ops.dropout import dropout_forward
+
+
+def cupy_kernels():
+    """The module that compiles the kernels; skipped without CuPy, failed under CI."""
+    try:
+        from cupy.cuda import nvrtc
+
+        from scratchformer.kernels import cupy_kernels as module
+
+        nvrtc.getVersion()
+    except Exception as e:  # ImportError, or NVRTC's library missing
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CuPy or NVRTC cannot load in CI: {type(e).__name__}: {e}")
+        pytest.skip(f"CuPy or NVRTC cannot load here ({type(e).__name__}: {e})")
+    return module
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_every_kernel_compiles_with_nvrtc(name, arch):
+    cubin = cupy_kernels().nvrtc_compile(SOURCES[name][0], arch, f"{name}.cu")
+    assert cubin[:4] == b"\x7fELF"  # a CUDA binary
+    for kernel in SOURCES[name][1]:
+        assert kernel.encode() in cubin
+
+
+def test_a_syntax_error_is_caught_with_its_line():
+    module = cupy_kernels()
+    from cupy.cuda import nvrtc
+
+    broken = DROPOUT.replace("keep[i] = k;", "keep[i] = k")  # a missing semicolon
+    with pytest.raises(nvrtc.NVRTCError) as info:
+        module.nvrtc_compile(broken, "sm_90", "dropout.cu")
+    log = str(info.value.__cause__)
+    assert "dropout.cu(" in log and "error" in log
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed here")
+def test_ptxas_reports_registers_and_spills(tmp_path, capsys):
+    src = tmp_path / "dropout.cu"
+    src.write_text(DROPOUT)
+    out = subprocess.run(
+        ["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "k"), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    report = [ln for ln in out.stderr.splitlines() if "registers" in ln or "spill" in ln]
+    assert report
+    with capsys.disabled():
+        print("\nptxas, sm_90:\n  " + "\n  ".join(report))
+
+
+def kernel_steps_in_numpy(x, p, key, counter):
+    """The dropout kernel's steps, entry by entry as the CUDA code writes them."""
+    n = x.size
+    i = np.arange(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = np.uint64(key) + (np.uint64(counter) + i + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    bits = 24 if x.dtype == np.float32 else 53
+    u = (z >> np.uint64(64 - bits)).astype(x.dtype) * (x.dtype.type(1) / x.dtype.type(2**bits))
+    keep = (u >= x.dtype.type(p)).reshape(x.shape)
+    return (x * keep) * x.dtype.type(1 / (1 - p)), keep
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_kernels_steps_draw_the_counter_generators_masks(dtype):
+    """The mirror: the op with the counter-based generator equals the kernel's own steps,
+    for a counter already advanced (a later site of the same step)."""
+    x = np.random.default_rng(0).standard_normal((3, 5, 7)).astype(dtype)
+    g = CounterGenerator(17)
+    g.random(11)  # an earlier site drew 11 numbers
+    key, counter = g.key, g.counter
+    out, cache = dropout_forward(B.asarray(x), 0.3, g)
+    want_out, want_keep = kernel_steps_in_numpy(x, 0.3, key, counter)
+    np.testing.assert_array_equal(B.asnumpy(cache.mask), want_keep)
+    np.testing.assert_array_equal(B.asnumpy(out), want_out)
+    assert g.counter == counter + x.size
