@@ -1,7 +1,14 @@
 """Shared fixtures. Numeric tests take the ``backend`` fixture: they run on NumPy and
 again on CuPy when a GPU is present, and show as skipped (never silently passed) when
-it is not."""
+it is not.
 
+``SCRATCHFORMER_BACKEND=cupy python -m pytest`` on a GPU runs every other test (the
+trainer, decoding, the command line, subprocesses too) on CuPy as well; where the named
+backend cannot start, the run says so in its header and every test runs on NumPy, its
+subprocesses included (the variable is taken out of their environment).
+"""
+
+import os
 from collections import Counter
 
 import pytest
@@ -23,22 +30,35 @@ _BACKENDS = [
 ]
 
 
+#: the backend the run's tests use outside the ``backend`` fixture
+DEFAULT_BACKEND = B.backend_name()
+#: why SCRATCHFORMER_BACKEND could not start, if it could not: the tests then run on NumPy
+#: as if it were not set (the command line in-process, and every subprocess)
+UNUSABLE_BACKEND = B.env_error
+if UNUSABLE_BACKEND is not None:
+    os.environ.pop("SCRATCHFORMER_BACKEND", None)
+    B.env_error = None
+
+
 def pytest_report_header(config):
     """Say so at the top of the run when SCRATCHFORMER_BACKEND named a backend that
     could not start (the tests then run on NumPy; the CuPy copies skip)."""
-    if B.env_error is not None:
-        return f"scratchformer: {B.env_error}; tests run on numpy"
+    if UNUSABLE_BACKEND is not None:
+        return f"scratchformer: {UNUSABLE_BACKEND}; tests run on numpy"
+    if DEFAULT_BACKEND != "numpy":
+        return f"scratchformer: every test runs on {DEFAULT_BACKEND} (SCRATCHFORMER_BACKEND)"
     return None
 
 
 @pytest.fixture(params=_BACKENDS)
 def backend(request):
-    """Run the test under the given backend, restoring NumPy afterwards."""
+    """Run the test under the given backend, restoring the run's default afterwards (so
+    that the tests after it run on the backend they would alone)."""
     B.set_backend(request.param)
     try:
         yield request.param
     finally:
-        B.set_backend("numpy")
+        B.set_backend(DEFAULT_BACKEND)
         B.set_dtype("float32")
 
 
