@@ -197,17 +197,33 @@ def _end_every_rank(args, e: Exception) -> int:
     return code
 
 
+#: what to lower when a command runs out of memory, by command
+LOWER = {
+    "train": "lower train.max_tokens (--max-tokens; raise --accum-steps to keep the batch)",
+    "translate": "lower --batch-size or --beam",
+    "evaluate": "lower --batch-size or --beam",
+    "generate": "ask for fewer --samples or a shorter --max-new-tokens",
+    "gradcheck": "check a smaller model (--preset, --layers) or fewer --directions",
+}
+
+
+def out_of_memory(command: str, e: MemoryError) -> str:
+    """The one line for a MemoryError: on a GPU (CuPy's OutOfMemoryError) or the host,
+    with CuPy's figures, and the setting to lower for ``command``."""
+    name = command.split()[0]
+    where = "GPU" if type(e).__module__.startswith("cupy") else "host"
+    figures = f" ({str(e).rstrip('.')})" if where == "GPU" and str(e) else ""
+    advice = LOWER.get(name, "ask for less (a smaller batch, beam, model or length)")
+    return f"out of {where} memory{figures}: {advice}; nothing written so far is lost"
+
+
 def _report(command: str, e: Exception) -> int:
     """One line on stderr for an error that reached the top; the exit code."""
     if isinstance(e, (ScratchformerError, OSError, RuntimeError)):
         print(f"scratchformer {command}: error: {e}", file=sys.stderr)
         return 2
     if isinstance(e, MemoryError):  # every request is estimated first: this one fell short
-        print(
-            f"scratchformer {command}: error: out of memory: the model, or what was asked of "
-            "it (batch, beam, samples, length), is more than this machine can hold",
-            file=sys.stderr,
-        )
+        print(f"scratchformer {command}: error: {out_of_memory(command, e)}", file=sys.stderr)
         return 2
     # The last line of defence: every error a user can cause has its own message; one
     # that gets here is a bug of ours, reported in one line rather than a traceback.

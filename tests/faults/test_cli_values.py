@@ -68,7 +68,7 @@ def test_out_of_memory_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(gradcheck, "add_parser", add_parser)
     assert cli.main(["gradcheck"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "out of memory" in err[0]
+    assert len(err) == 1 and "out of host memory" in err[0] and "--preset" in err[0]
 
 
 def _run(args, env_backend):
@@ -340,3 +340,29 @@ def test_nbest_above_the_beam_is_one_line(tiny_checkpoint, tmp_path, refused):
 
 def test_dev_and_test_shares_leaving_no_training_data(refused):
     refused(["data", "genre", "--dev", "0.6", "--test", "0.5"], "leave no training data")
+
+
+@pytest.mark.parametrize(
+    "command, setting", [("train", "train.max_tokens"), ("translate", "--batch-size or --beam")]
+)
+def test_out_of_gpu_memory_is_one_line_naming_the_setting(monkeypatch, capsys, command, setting):
+    """CuPy's OutOfMemoryError (it imports without a GPU) as one line: where, CuPy's
+    figures, and the setting to lower for the command that ran out."""
+    cupy_memory = pytest.importorskip("cupy.cuda.memory")
+    from scratchformer.commands import train, translate
+
+    module = {"train": train, "translate": translate}[command]
+    real = module.add_parser
+
+    def add_parser(sub):
+        real(sub)
+        error = cupy_memory.OutOfMemoryError(2**31, 2**34, 2**35)
+        sub.choices[command].set_defaults(func=lambda args: (_ for _ in ()).throw(error))
+
+    monkeypatch.setattr(module, "add_parser", add_parser)
+    argv = [command] if command == "train" else [command, "--checkpoint", "x.npz"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "out of GPU memory (Out of memory allocating 2,147,483,648 bytes" in err[0]
+    assert setting in err[0]
