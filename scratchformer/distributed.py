@@ -104,7 +104,11 @@ class World:
 
 
 class MPIWorld(World):
-    """``World`` over ``mpi4py``'s ``COMM_WORLD`` (NumPy arrays, summed in place)."""
+    """``World`` over ``mpi4py``'s ``COMM_WORLD``, arrays summed and sent in place.
+
+    A device array (CuPy) goes through host memory: copied to the host (which waits for
+    the GPU's work on it to finish), reduced or sent there, and copied back. The MPI
+    builds on PyPI are not CUDA-aware, and NCCL refuses two ranks on one GPU."""
 
     def __init__(self, MPI):
         self.MPI = MPI
@@ -120,7 +124,21 @@ class MPIWorld(World):
         self.abort(1)
 
     def sum_(self, a):
-        self.comm.Allreduce(self.MPI.IN_PLACE, a, op=self.MPI.SUM)
+        host = self._host(a)
+        self.comm.Allreduce(self.MPI.IN_PLACE, host, op=self.MPI.SUM)
+        return self._back(a, host)
+
+    @staticmethod
+    def _host(a):
+        """``a`` itself on the host; a device array's copy in host memory (the copy waits
+        for the device's work on ``a``)."""
+        return a if backend.on_host(a) else backend.asnumpy(a)
+
+    @staticmethod
+    def _back(a, host):
+        """Write ``host`` back into the device array ``a`` (nothing for a host array)."""
+        if host is not a:
+            a[...] = backend.asarray(host)
         return a
 
     def sum_floats(self, values) -> list[float]:
@@ -132,8 +150,9 @@ class MPIWorld(World):
         return self.comm.bcast(obj, root=0)
 
     def broadcast_(self, a):
-        self.comm.Bcast(a, root=0)
-        return a
+        host = self._host(a)
+        self.comm.Bcast(host, root=0)
+        return self._back(a, host)
 
     def check_equal(self, a, what: str) -> None:
         digest = hashlib.sha256(backend.asnumpy(a).tobytes()).hexdigest()
@@ -190,11 +209,6 @@ def world() -> World:
                     f"started by an MPI launcher with {n} processes, but mpi4py is not "
                     f"installed: {EXTRA}"
                 ) from None
-            if backend.backend_name() != "numpy":
-                raise DistributedError(
-                    "more than one process trains on the CPU (NumPy) only for now: run one "
-                    "process on the GPU"
-                )
             _WORLD = MPIWorld(MPI)
     return _WORLD
 
