@@ -5,7 +5,7 @@ python examples/01_model_api.py
 
 import numpy as np
 
-from scratchformer import Transformer, TransformerConfig
+from scratchformer import Transformer, TransformerConfig, backend, device
 from scratchformer.gradcheck import check_model
 
 config = TransformerConfig.preset("tiny", vocab_size=20)
@@ -17,15 +17,18 @@ src = np.array([[5, 6, 7, 0], [8, 9, 10, 11]])  # (B, S)
 tgt_in = np.array([[1, 12, 13], [1, 14, 0]])  # (B, T)
 tgt_out = np.array([[12, 13, 2], [14, 2, 0]])  # (B, T)
 
-# Training step without an optimizer: a generator turns dropout on.
-loss, cache = model.loss_forward(src, tgt_in, tgt_out, rng=np.random.default_rng(0))
+# Training step without an optimizer: a generator turns dropout on. It comes from
+# scratchformer.device, which gives the one that suits the backend (NumPy's or the GPU's).
+loss, cache = model.loss_forward(src, tgt_in, tgt_out, rng=device.generator(0))
 model.zero_grad()
 model.loss_backward(cache)
-print(f"label-smoothed loss per target token: {float(loss):.4f} over {cache.loss.n_tokens} tokens")
+n = int(cache.loss.n_tokens)
+print(f"label-smoothed loss per target token: {float(loss):.4f} over {n} tokens")
 
-grads = model.gradients()
+grads = model.gradients()  # arrays of the backend: backend.asnumpy brings one to the host
 for name in ["embed.E", "encoder.layers.0.self_attn.W_q", "decoder.layers.1.cross_attn.W_k"]:
-    print(f"  |d {name}| = {np.linalg.norm(grads[name]):.4f}  shape {grads[name].shape}")
+    norm = np.linalg.norm(backend.asnumpy(grads[name]))
+    print(f"  |d {name}| = {norm:.4f}  shape {grads[name].shape}")
 
 # Prove two of those gradients with float64 central differences, dropout replayed.
 report = check_model(

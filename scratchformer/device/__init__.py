@@ -67,6 +67,20 @@ def generator(seed=None, *, counter: bool = False):
     return _impl().generator(seed)
 
 
+def check_generator(rng) -> None:
+    """A dropout generator must draw arrays of the active backend: on CuPy a NumPy
+    generator's host masks cannot multiply device arrays. Raises ValueError in one line
+    naming what to use; None (dropout off) and the counter-based generator always do."""
+    if rng is None or isinstance(rng, CounterGenerator):
+        return
+    host = type(rng).__module__.startswith("numpy")
+    if host != (backend.backend_name() == "numpy"):
+        raise ValueError(
+            f"rng is a {type(rng).__module__.split('.')[0]} generator but the backend is "
+            f"{backend.backend_name()}: make it with scratchformer.device.generator(seed)"
+        )
+
+
 def fork(rng):
     """An independent generator that continues ``rng``'s stream from its current state:
     drawing from the fork gives exactly what drawing from ``rng`` would (a backward pass
@@ -76,4 +90,4 @@ def fork(rng):
     return copy.deepcopy(rng)
 
 
-__all__ = ["CounterGenerator", "fork", "generator", "rowdot", "segment_sum"]
+__all__ = ["CounterGenerator", "check_generator", "fork", "generator", "rowdot", "segment_sum"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from scratchformer import backend, kernels
+from scratchformer import backend, device, kernels
 from scratchformer.backend import xp
 from scratchformer.errors import ShapeError, check_length, check_rank, check_token_ids
 from scratchformer.models.config import TransformerConfig
@@ -108,6 +108,7 @@ class EncoderClassifier(Module):
     def forward(self, ids, rng=None):
         """ids (B, S) int  ->  logits (B, C), cache. ``rng`` turns dropout on."""
         ids = self.check_ids(ids)
+        device.check_generator(rng)
         x, c_emb = self.embed.forward(ids)  # (B, S, D)
         h, c_enc = self.encoder.forward(x, padding_mask(ids, self.config.pad_id), rng)
         logits, c_head = self.head.forward(h[:, 0], rng)  # (B, C)

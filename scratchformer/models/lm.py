@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from scratchformer import backend, kernels
+from scratchformer import backend, device, kernels
 from scratchformer.errors import ShapeError, check_length, check_rank, check_token_ids
 from scratchformer.models.config import TransformerConfig
 from scratchformer.models.transformer import padding_mask
@@ -72,6 +72,7 @@ class LanguageModel(Module):
     def forward(self, ids, rng=None):
         """ids (B, T) int  ->  logits (B, T, V), cache. ``rng`` turns dropout on."""
         ids = self.check_ids(ids)
+        device.check_generator(rng)
         x, c_emb = self.embed.forward(ids)  # (B, T, D), scaled
         h, c_dec = self.decoder.forward(x, self.mask(ids), rng)
         logits, c_out = self.embed.project(h)  # (B, T, V)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from scratchformer import backend, kernels
+from scratchformer import backend, device, kernels
 from scratchformer.errors import (
     ShapeError,
     check_length,
@@ -126,6 +126,7 @@ class Transformer(Module):
         ``rng`` turns dropout on (training); leave it out for evaluation.
         """
         src, tgt_in, _ = self.check_inputs(src, tgt_in)
+        device.check_generator(rng)
         return self._forward(src, tgt_in, rng)
 
     def _forward(self, src, tgt_in, rng=None):
@@ -193,6 +194,7 @@ class Transformer(Module):
         -> loss (scalar array), cache. ``eps_ls`` defaults to the config's.
         """
         src, tgt_in, tgt_out = self.check_inputs(src, tgt_in, tgt_out)
+        device.check_generator(rng)
         logits, c_model = self._forward(src, tgt_in, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
         # The logits are ours alone: the fused loss turns them into the probabilities.

@@ -127,3 +127,20 @@ def test_generators_are_made_once_not_per_attention_block_or_check_evaluation(mo
     src = B.asarray(np.array([[3, 4, 5], [6, 7, 0]]))
     rep = check_model(Transformer(cfg), src, src, src, rng=3, max_entries=3)
     assert rep.passed and len(made) == 1  # one generator for every evaluation
+
+
+def test_a_generator_of_another_backend_is_refused_in_one_line(monkeypatch):
+    """On CuPy a NumPy generator's host masks cannot multiply device arrays: the model
+    refuses it where it enters, naming what to use (checked here by pretending the
+    backend is CuPy: the check reads only the names)."""
+    from scratchformer.models import Transformer, TransformerConfig
+
+    device.check_generator(np.random.default_rng(0))  # NumPy's, on NumPy: fine
+    device.check_generator(CounterGenerator(0))  # the counter-based one: on any backend
+    monkeypatch.setitem(B._state, "name", "cupy")
+    with pytest.raises(ValueError, match=r"rng is a numpy generator but the backend is cupy"):
+        device.check_generator(np.random.default_rng(0))
+    monkeypatch.setitem(B._state, "name", "numpy")
+    m = Transformer(TransformerConfig.preset("tiny", vocab_size=9))
+    ids = np.array([[3, 4]])
+    m.loss_forward(ids, ids, ids, rng=np.random.default_rng(0))
