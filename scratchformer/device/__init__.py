@@ -10,8 +10,9 @@ its own module:
 
 and where one form serves both, it is written once with ``xp`` (segment.py, counter.py):
 
-    segment_sum(indices, values, K)   out[k] = sum of values[i] with indices[i] == k:
-                                      sorted runs, no atomics, bitwise the same every run
+    scatter_add(target, idx, values)  target[k] += sum of values[i] with idx[i] == k, in
+                                      place: sorted runs, no atomics, the same bits
+                                      on every run (segment_sum: into zeros)
     rowdot(a, b)                      sum(a * b, axis=-1) without the temporary
     generator(seed)                   the generator of dropout masks: NumPy's PCG64 on
                                       NumPy, the counter-based generator on CuPy
@@ -27,7 +28,7 @@ import copy
 
 from scratchformer import backend
 from scratchformer.device.counter import CounterGenerator
-from scratchformer.device.segment import segment_sum as _segment_sum
+from scratchformer.device.segment import scatter_add as _scatter_add
 
 
 def _impl():
@@ -41,11 +42,20 @@ def _impl():
     return numpy_device
 
 
+def scatter_add(target, indices, values) -> None:
+    """``target[indices[i]] += values[i]`` in place, repeated indices adding up: target
+    (K, D), indices (N,) int in [0, K), values (N, D). The adjoint of a gather
+    (``E[ids]``); a plain ``target[idx] += v`` keeps one of the repeated rows, the
+    classic embedding-gradient bug (see scratchformer/device/segment.py)."""
+    _scatter_add(target, indices, values)
+
+
 def segment_sum(indices, values, K: int):
     """indices (N,) int in [0, K), values (N, D)  ->  (K, D): row k the sum of the rows of
-    ``values`` whose index is k. The adjoint of a gather (``E[ids]``), where repeated
-    indices must add up (see scratchformer/device/segment.py)."""
-    return _segment_sum(indices, values, K)
+    ``values`` whose index is k (zeros where none is); ``scatter_add`` into zeros."""
+    out = backend.xp.zeros((K,) + tuple(values.shape[1:]), dtype=values.dtype)
+    _scatter_add(out, indices, values)
+    return out
 
 
 def rowdot(a, b):
@@ -90,4 +100,12 @@ def fork(rng):
     return copy.deepcopy(rng)
 
 
-__all__ = ["CounterGenerator", "check_generator", "fork", "generator", "rowdot", "segment_sum"]
+__all__ = [
+    "CounterGenerator",
+    "check_generator",
+    "fork",
+    "generator",
+    "rowdot",
+    "scatter_add",
+    "segment_sum",
+]

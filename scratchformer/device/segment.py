@@ -1,4 +1,5 @@
-"""Segment sums: ``out[k] = sum of values[i] over the i with indices[i] == k``.
+"""Segment sums added in place: ``target[k] += sum of values[i] over the i with
+indices[i] == k``.
 
 The adjoint of a gather (an embedding lookup, Shaw's relative buckets, the skew's table),
 where repeated indices must add up: a plain ``out[idx] += v`` keeps one of the repeated
@@ -10,8 +11,10 @@ CuPy alike, so that both compute the same sums in the same order:
 3. ``add.reduceat`` over those starts: at the last row of each run, the run's sum (at
    the other rows a single row, unused);
 4. every row of a run takes its run's sum (the last row's index, ``minimum.accumulate``
-   from the end), and ``out[sorted indices] = those sums``: rows with the same index
-   write the same value, so whichever write lands last the result is the same.
+   from the end), and ``target[sorted indices] += those sums``: the rows of one index
+   all read the same old value and add the same sum, so they write the same value, and
+   whichever write lands last the result is the same. Only the rows indexed are
+   touched: no (K, D) temporary.
 
 No atomic adds (their order, and so the float result, changes from run to run on a GPU),
 and no array whose size depends on the data (reading that size back would stall a GPU):
@@ -26,13 +29,12 @@ from __future__ import annotations
 from scratchformer.backend import xp
 
 
-def segment_sum(indices, values, K: int):
-    """indices (N,) int in [0, K), values (N, D)  ->  (K, D), row k the sum of the rows
-    of ``values`` whose index is k (zeros where none is)."""
+def scatter_add(target, indices, values) -> None:
+    """target (K, D), indices (N,) int in [0, K), values (N, D): ``target[k] +=`` the sum
+    of the rows of ``values`` whose index is k, in place."""
     N = indices.shape[0]
-    out = xp.zeros((K,) + values.shape[1:], dtype=values.dtype)
     if N == 0:
-        return out
+        return
     order = xp.argsort(indices, kind="stable")  # 1.
     s = indices[order]  # (N,) sorted
     pos = xp.arange(N)
@@ -43,8 +45,7 @@ def segment_sum(indices, values, K: int):
     last = xp.ones(N, dtype=bool)
     last[:-1] = first[1:]  # (N,) a run ends here
     end = xp.minimum.accumulate(xp.where(last, pos, N - 1)[::-1])[::-1]  # 4. its run's end
-    out[s] = sums[end]
-    return out
+    target[s] += sums[end]
 
 
-__all__ = ["segment_sum"]
+__all__ = ["scatter_add"]

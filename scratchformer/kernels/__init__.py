@@ -115,6 +115,17 @@ attention.register(
         note=_INPLACE,
     )
 )
+embedding.register(
+    Implementation(
+        "inplace",
+        _embedding.embedding_forward,
+        _embedding.embedding_backward,
+        default=True,
+        exact=True,
+        note="backward_into: the gradient added into the parameter's, no (V, D) temporary",
+        backward_into=inplace.embedding_backward_into,
+    )
+)
 relu.register(
     Implementation(
         "inplace",

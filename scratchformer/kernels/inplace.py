@@ -6,6 +6,7 @@ the host on CuPy).
 
     attention_core    the masked softmax in the logits' buffer; the backward in dA's
     attention         the paper's logits, then the in-place core
+    embedding         its gradient added straight into the parameter's (backward_into)
     relu              max(x, 0) in x's buffer, its backward in dout's
     cross_entropy     the probabilities in the logits' buffer, dlogits over them (the
                       cache then serves one backward: a second one raises)
@@ -25,6 +26,7 @@ from scratchformer.ops.attention import (
     dot_product_logits_forward,
 )
 from scratchformer.ops.dropout import dropout_forward
+from scratchformer.ops.embedding import EmbeddingCache
 from scratchformer.ops.loss import LossCache, cross_entropy_backward, cross_entropy_forward
 from scratchformer.ops.softmax import SoftmaxCache
 
@@ -88,6 +90,20 @@ def attention_backward(dO, cache: AttentionCache):
     return dQ, dK, dV
 
 
+# -- the embedding's gradient, added into the parameter's ---------------------------------------
+def embedding_backward_into(dE, dout, cache: EmbeddingCache) -> None:
+    """``dE += embedding_backward(dout)``, touching only the rows looked up: the rows of
+    ``dout`` at padding are zeroed (a product with the mask: no boolean index, which a
+    GPU would read back) and the rest scatter-added (``device.scatter_add``), repeats
+    adding up. No (V, D) temporary."""
+    ids, _, pad_id = cache
+    rows = dout.reshape(-1, dout.shape[-1])  # (N, D)
+    ids = ids.reshape(-1)  # (N,)
+    if pad_id is not None:
+        rows = rows * (ids != pad_id)[:, None]
+    device.scatter_add(dE, ids, rows)
+
+
 # -- ReLU ----------------------------------------------------------------------------------------
 def relu_forward(x):
     """``relu_forward`` in x's buffer (x is given up)."""
@@ -122,6 +138,7 @@ __all__ = [
     "attention_forward",
     "cross_entropy_backward_inplace",
     "cross_entropy_forward_inplace",
+    "embedding_backward_into",
     "relu_backward",
     "relu_forward",
     "softmax_inplace",

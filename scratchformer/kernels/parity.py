@@ -97,6 +97,12 @@ def check_implementation(table: OpTable, name: str, dtype: str, seed: int = 0) -
                 found.append((names[i] if i < len(names) else f"d{i}", got, want))
         if len(grads) != len(grads_ref):  # a backward that returns too few or too many
             found.append(("gradients", np.zeros(len(grads)), np.zeros(len(grads_ref))))
+        if impl.backward_into is not None:  # adding into a buffer: zeros + it = backward
+            args = tuple(_fresh(a) for a in case.args)
+            _, cache = impl.forward(*args, **{k: _fresh(v) for k, v in case.kwargs.items()})
+            into = backend.xp.zeros_like(grads_ref[0])
+            impl.backward_into(into, copy.deepcopy(dout), cache)
+            found.append((f"{names[0] if names else 'd0'} (into)", into, grads_ref[0]))
         for tensor, got, want in found:
             err = relative_error(got, want) if got is not None else float("inf")
             rows.append(Row(table.name, name, dtype, case.label, tensor, err, limit))

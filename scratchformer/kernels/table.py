@@ -42,6 +42,9 @@ class Implementation:
     proven: bool = True  # has run on every backend it names and equalled the reference
     exact: bool = False  # bitwise equal to the reference (the same operations in order)
     note: str = ""  # what it does differently (in place, fused, ...)
+    # (target, *backward's arguments): add the gradient into ``target`` without making it
+    # first (a parameter's gradient buffer); None: ``target += backward(...)``
+    backward_into: Callable | None = None
 
 
 class KernelError(ValueError):
@@ -104,6 +107,15 @@ class OpTable:
 
     def backward(self, *args, **kwargs):
         return self.chosen().backward(*args, **kwargs)
+
+    def backward_into(self, target, *args, **kwargs) -> None:
+        """``target += backward(*args)``, by the chosen implementation's own way of adding
+        into a buffer where it has one (no gradient-sized temporary)."""
+        impl = self.chosen()
+        if impl.backward_into is not None:
+            impl.backward_into(target, *args, **kwargs)
+        else:
+            target += impl.backward(*args, **kwargs)
 
 
 @contextlib.contextmanager

@@ -64,10 +64,11 @@ class Embedding(Module):
 
     def backward(self, dout, cache: EmbeddingCache):
         """``grads["E"] += embedding_backward(dout * scale)``: repeated ids accumulate,
-        the pad row gets nothing."""
+        the pad row gets nothing (added into the gradient itself where the chosen
+        implementation can: ``backward_into``)."""
         if self.scale != 1.0:
             dout = dout * self.scale
-        self.grads["E"] += kernels.embedding.backward(dout, cache)
+        kernels.embedding.backward_into(self.grads["E"], dout, cache)
 
     def project(self, h):
         """Tied output projection: h (B, T, D)  ->  logits (B, T, V) = h E^T (unscaled)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from scratchformer import device
+from scratchformer.backend import xp
 
 
 class EmbeddingCache(NamedTuple):
@@ -29,11 +30,12 @@ def embedding_backward(dout, cache: EmbeddingCache):
     """``dE[v] = sum over positions with ids == v of dout``; ``dE[pad_id] = 0``.
 
     Repeated ids must accumulate (a plain ``dE[ids] += dout`` keeps only one of them),
-    hence a segment sum (``device.segment_sum``). Returns ``dE`` (V, D).
+    hence the scatter-add (``device.scatter_add``). Returns ``dE`` (V, D).
     """
     ids, vocab_size, pad_id = cache
     d = dout.shape[-1]
-    dE = device.segment_sum(ids.reshape(-1), dout.reshape(-1, d), vocab_size)  # (V, D)
+    dE = xp.zeros((vocab_size, d), dtype=dout.dtype)
+    device.scatter_add(dE, ids.reshape(-1), dout.reshape(-1, d))
     if pad_id is not None:
         dE[pad_id] = 0
     return dE

@@ -87,7 +87,8 @@ def scatter_relative(Y, idx, R: int):
     n = int(math.prod(lead))
     flat_idx = (xp.arange(T)[:, None] * R + idx).reshape(-1)  # (T*S,)
     values = Y.reshape(n, T * S).T  # (T*S, n)
-    out = device.segment_sum(flat_idx, xp.ascontiguousarray(values), T * R)  # (T*R, n)
+    out = xp.zeros((T * R, n), dtype=Y.dtype)
+    device.scatter_add(out, flat_idx, xp.ascontiguousarray(values))  # (T*R, n)
     return out.T.reshape(*lead, T, R)  # (..., T, R)
 
 
@@ -256,7 +257,8 @@ def skew_logits_backward(dZ, cache: SkewLogitsCache):
     dEr_L = (drel.swapaxes(-1, -2) @ Q).sum(axis=0)  # (H, L, Dh)
     H, L, Dh = dEr_L.shape
     dEr_rows = xp.ascontiguousarray(dEr_L.transpose(1, 0, 2)).reshape(L, H * Dh)  # (L, H*Dh)
-    dE_r = device.segment_sum(rows, dEr_rows, k1)  # (k+1, H*Dh): clipped rows add up
+    dE_r = xp.zeros((k1, H * Dh), dtype=dEr_L.dtype)
+    device.scatter_add(dE_r, rows, dEr_rows)  # (k+1, H*Dh): clipped rows add up
     return dQ, dK, dE_r.reshape(k1, H, Dh).transpose(1, 0, 2)  # (H, k+1, Dh)
 
 

@@ -14,12 +14,16 @@ pytestmark = pytest.mark.usefixtures("backend")
 
 # -- segment sums ---------------------------------------------------------------------------
 def test_repeated_indices_add_up():
-    """out[idx] += v keeps one of the repeated rows; a segment sum keeps them all."""
+    """out[idx] += v keeps one of the repeated rows; a segment sum keeps them all, and
+    scatter_add adds them into what is there."""
     idx = B.asarray(np.array([3, 1, 3, 3, 0]))
     vals = B.asarray(np.arange(10, dtype=np.float64).reshape(5, 2))
     expected = np.zeros((5, 2))
     np.add.at(expected, [3, 1, 3, 3, 0], np.arange(10.0).reshape(5, 2))
     np.testing.assert_array_equal(B.asnumpy(device.segment_sum(idx, vals, 5)), expected)
+    target = B.asarray(np.ones((5, 2)))
+    device.scatter_add(target, idx, vals)
+    np.testing.assert_array_equal(B.asnumpy(target), expected + 1)
 
 
 def test_no_rows_give_zeros():
