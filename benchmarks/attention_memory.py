@@ -4,10 +4,13 @@
     python benchmarks/attention_memory.py --length 4096 --heads 8 --blocks 128
 
 One attention forward + backward (the op alone: Q, K, V, dO given; causal mask; float32,
-no dropout), B=1, H=--heads, Dh=64. Peak memory is what tracemalloc sees NumPy allocate
-during the call beyond the inputs (exact and deterministic); time is the median of
---repeats calls. Also the same for a whole training step of a model with
-``attention_block`` set (--model), to show the cost inside a step at the usual lengths.
+no dropout), B=1, H=--heads, Dh=64, each by the implementation the models run (the kernel
+seam's chosen one). Peak memory is what tracemalloc sees NumPy allocate during the call
+beyond the inputs (exact and deterministic); on CuPy (SCRATCHFORMER_BACKEND=cupy) the
+most bytes CuPy's memory pool lent out beyond the inputs. Time is the median of
+--repeats calls (on CuPy each one waited for, so the device's). Also the same for a
+whole training step of a model with ``attention_block`` set (--model), to show the cost
+inside a step at the usual lengths.
 
 Run it with OPENBLAS_NUM_THREADS=1 (or 2) set to fix the thread count. A benchmark, not
 a test: nothing here asserts on a timing.
@@ -20,12 +23,8 @@ import statistics
 import time
 import tracemalloc
 
-from scratchformer import backend, device
-from scratchformer.ops import attention_backward, attention_forward, causal_mask
-from scratchformer.ops.blockwise_attention import (
-    blockwise_attention_backward,
-    blockwise_attention_forward,
-)
+from scratchformer import backend, device, kernels
+from scratchformer.ops import causal_mask
 
 
 def _measure(fwd, bwd, args_, repeats, **kw):
@@ -36,16 +35,45 @@ def _measure(fwd, bwd, args_, repeats, **kw):
         return bwd(dO, cache)
 
     call()
-    tracemalloc.start()
-    call()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    peak = _peak_bytes(call)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         call()
+        _synchronize()
         times.append(time.perf_counter() - t0)
     return peak / 2**20, statistics.median(times) * 1e3
+
+
+def _synchronize():
+    if backend.backend_name() == "cupy":
+        backend.xp.cuda.Device().synchronize()
+
+
+def _peak_bytes(call) -> int:
+    """The most memory ``call`` held at once beyond what was held before it."""
+    if backend.backend_name() != "cupy":
+        tracemalloc.start()
+        call()
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return peak
+    cupy = backend.xp
+    pool = cupy.get_default_memory_pool()
+    base, peak = pool.used_bytes(), [0]
+
+    def alloc(n):
+        p = pool.malloc(n)
+        peak[0] = max(peak[0], pool.used_bytes() - base)
+        return p
+
+    cupy.cuda.set_allocator(alloc)
+    try:
+        call()
+        _synchronize()
+    finally:
+        cupy.cuda.set_allocator(pool.malloc)
+    return peak[0]
 
 
 def _model_step(block, length, repeats):
@@ -86,20 +114,22 @@ def main(argv=None):
     np = backend.np
     r = np.random.default_rng(0)
     shape = (1, args.heads, args.length, 64)
-    Q, K, V, dO = (r.standard_normal(shape, dtype=np.float32) for _ in range(4))
+    Q, K, V, dO = (backend.asarray(r.standard_normal(shape, dtype=np.float32)) for _ in range(4))
     mask = causal_mask(args.length)
     data = (Q, K, V, mask, dO)
     print(
         f"attention forward+backward, B=1, H={args.heads}, T=S={args.length}, Dh=64, "
         f"causal, float32 (inputs: {4 * Q.nbytes / 2**20:.0f} MiB)"
     )
-    d_mem, d_ms = _measure(attention_forward, attention_backward, data, args.repeats)
+    d_mem, d_ms = _measure(
+        kernels.attention.forward, kernels.attention.backward, data, args.repeats
+    )
     print(f"{'variant':<12} {'peak MiB':>9} {'vs dense':>9} {'ms':>8} {'time vs dense':>14}")
     print(f"{'dense':<12} {d_mem:>9.1f} {1.0:>8.1f}x {d_ms:>8.0f} {1.0:>13.2f}x")
     for b in args.blocks:
         mem, ms = _measure(
-            blockwise_attention_forward,
-            blockwise_attention_backward,
+            kernels.blockwise_attention.forward,
+            kernels.blockwise_attention.backward,
             data,
             args.repeats,
             block=b,

@@ -9,8 +9,9 @@ weight-matrix product: layer norm, residual dropout, the FFN's ReLU, self- and
 cross-attention (the Q/K/V and output projections included), the label-smoothed loss over
 (1024, 8000) logits, the embedding's gradient, and one Adam step over the model's 7.6M
 parameters. CPU time (``process_time``), median of --repeats, one thread (set
-OPENBLAS_NUM_THREADS=1). Running the same file against an older checkout gives the
-before/after of docs/benchmarks.md. A benchmark, not a test.
+OPENBLAS_NUM_THREADS=1); on CuPy (SCRATCHFORMER_BACKEND=cupy) the device time of CUDA
+events instead. Running the same file against an older checkout gives the before/after
+of docs/benchmarks.md. A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from scratchformer import backend, device  # noqa: E402
 from scratchformer.models import Transformer, TransformerConfig  # noqa: E402
-from scratchformer.models.transformer import decoder_self_mask  # noqa: E402
+from scratchformer.models.transformer import padding_mask  # noqa: E402
 from scratchformer.ops import (  # noqa: E402
     cross_entropy_backward,
     cross_entropy_forward,
@@ -36,6 +38,16 @@ from scratchformer.optim import Adam  # noqa: E402
 
 def _time(fn, repeats):
     fn()
+    if backend.backend_name() == "cupy":  # queued work: the device's own clock
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "gpu"))
+        from timing import Timer
+
+        ts = []
+        for _ in range(repeats):
+            with Timer() as t:
+                fn()
+            ts.append(t.ms)
+        return statistics.median(ts)
     ts = []
     for _ in range(repeats):
         t0 = time.process_time()
@@ -54,9 +66,9 @@ def main(argv=None):
     B, T, D, V = 32, 32, 256, 8000
     cfg = TransformerConfig.preset("small", vocab_size=V)
     model = Transformer(cfg)
-    x = r.standard_normal((B, T, D)).astype(f32)
-    g, b = np.ones(D, f32), np.zeros(D, f32)
-    ids = r.integers(4, V, (B, T))
+    x = backend.asarray(r.standard_normal((B, T, D)).astype(f32))
+    g, b = backend.asarray(np.ones(D, f32)), backend.asarray(np.zeros(D, f32))
+    ids = backend.asarray(r.integers(4, V, (B, T)))
     rows = {}
 
     def ln():
@@ -79,7 +91,7 @@ def main(argv=None):
 
     rows["FFN fwd+bwd (incl. 2 GEMMs)"] = ffn_step
     sa = model.decoder.layers[0].self_attn
-    mask = decoder_self_mask(ids, 0)
+    mask = padding_mask(ids, 0)  # the decoder's self-attention adds the causal mask
 
     def self_attn():
         y, c = sa.forward(x, x, mask)
@@ -87,14 +99,14 @@ def main(argv=None):
 
     rows["masked self-attention fwd+bwd (incl. GEMMs)"] = self_attn
     ca = model.decoder.layers[0].cross_attn
-    mem = r.standard_normal((B, T, D)).astype(f32)
+    mem = backend.asarray(r.standard_normal((B, T, D)).astype(f32))
 
     def cross_attn():
         y, c = ca.forward(x, mem, (ids != 0)[:, None, None, :])
         ca.backward(y, c)
 
     rows["cross-attention fwd+bwd (incl. GEMMs)"] = cross_attn
-    logits = r.standard_normal((B, T, V)).astype(f32)
+    logits = backend.asarray(r.standard_normal((B, T, V)).astype(f32))
 
     def loss():
         lg = logits.copy()  # the model's own logits: a fresh array each step
@@ -111,7 +123,7 @@ def main(argv=None):
     rows["embedding lookup + gradient"] = emb_bwd
     flat = model.flatten()
     opt = Adam(flat)
-    flat.grads[...] = r.standard_normal(flat.size)
+    flat.grads[...] = backend.asarray(r.standard_normal(flat.size))
 
     rows["Adam step (7.6M parameters, flat)"] = lambda: opt.step(1e-4)
     src = r.integers(4, V, (B, T))
@@ -124,7 +136,8 @@ def main(argv=None):
 
     rows["whole training step"] = whole
     threads = os.environ["OPENBLAS_NUM_THREADS"]
-    print(f"CPU ms, median of {args.repeats}, OPENBLAS_NUM_THREADS={threads}")
+    clock = "device ms (CUDA events)" if backend.backend_name() == "cupy" else "CPU ms"
+    print(f"{clock}, median of {args.repeats}, OPENBLAS_NUM_THREADS={threads}")
     for name, fn in rows.items():
         reps = max(3, args.repeats // 6) if name == "whole training step" else args.repeats
         print(f"{name:<52} {_time(fn, reps):8.2f}")

@@ -20,6 +20,8 @@ dot products, the dropout generator), sits below ops/ in scratchformer/device/.
 
 from __future__ import annotations
 
+import functools
+
 from scratchformer.device.counter import CounterGenerator
 from scratchformer.kernels import inplace
 from scratchformer.kernels.table import (
@@ -124,6 +126,20 @@ embedding.register(
         exact=True,
         note="backward_into: the gradient added into the parameter's, no (V, D) temporary",
         backward_into=inplace.embedding_backward_into,
+    )
+)
+blockwise_attention.register(
+    Implementation(
+        "inplace",
+        functools.partial(
+            _blockwise.blockwise_attention_forward, core=inplace.attention_core_forward
+        ),
+        functools.partial(
+            _blockwise.blockwise_attention_backward, core_backward=inplace.attention_core_backward
+        ),
+        default=True,
+        exact=True,
+        note="the in-place attention core on each block of queries; bitwise equal",
     )
 )
 relu.register(

@@ -66,22 +66,28 @@ def _mask_rows(mask, i0: int, i1: int):
 
 def _log_sum_exp(Z, mask):
     """(..., M, S) logits  ->  (..., M, 1) ``log sum exp`` over the visible keys; 0 for a
-    row with none (its probabilities are all 0, whatever L is)."""
-    if mask is not None:
-        Z = xp.where(mask, Z, -xp.inf)
-    m = Z.max(axis=-1, keepdims=True)  # (..., M, 1)
+    row with none (its probabilities are all 0, whatever L is). One (..., M, S) temporary,
+    worked on in place."""
+    E = xp.where(mask, Z, -xp.inf) if mask is not None else Z.copy()
+    m = E.max(axis=-1, keepdims=True)  # (..., M, 1)
     m = xp.where(xp.isneginf(m), 0.0, m)
-    s = xp.exp(Z - m).sum(axis=-1, keepdims=True)
+    E -= m
+    xp.exp(E, out=E)
+    s = E.sum(axis=-1, keepdims=True)
     return m + xp.log(xp.where(s == 0, 1.0, s))
 
 
-def blockwise_attention_forward(Q, K, V, mask=None, block: int = 64, p_drop=0.0, rng=None):
+def blockwise_attention_forward(
+    Q, K, V, mask=None, block: int = 64, p_drop=0.0, rng=None, core=attention_core_forward
+):
     """Q (B, H, T, Dh), K (B, H, S, Dh), V (B, H, S, Dv), mask bool broadcastable to
     (B, H, T, S) (True: may attend)  ->  O (B, H, T, Dv), the same as ``attention_forward``.
 
     Per block of ``block`` queries: ``Z_b = s Q_b K^T``, ``L_b = logsumexp(Z_b)``,
     ``O_b = core(Z_b, V)``. Rows whose mask is all False output zeros. Peak extra
-    memory: one (B, H, M, S) block.
+    memory: one (B, H, M, S) block. ``core``: the attention core's forward run on each
+    block (the reference; the kernel seam passes its in-place form, and the matching
+    backward to ``blockwise_attention_backward``).
     """
     block = int(block)
     T = Q.shape[-2]
@@ -98,7 +104,7 @@ def blockwise_attention_forward(Q, K, V, mask=None, block: int = 64, p_drop=0.0,
         Z = Q[..., i0:i1, :] @ Kt  # (B, H, M, S)
         Z *= scale
         lse[..., i0:i1, :] = _log_sum_exp(Z, mb)
-        O[..., i0:i1, :], _ = attention_core_forward(Z, V, mb, p_drop, rng if on else None)
+        O[..., i0:i1, :], _ = core(Z, V, mb, p_drop, rng if on else None)
     return O, BlockwiseAttentionCache(Q, K, V, mask, lse, block, scale, p_drop, replay)
 
 
@@ -107,19 +113,23 @@ def _recomputed_core(cache: BlockwiseAttentionCache, i0: int, i1: int, replay):
     (masked entries 0, exactly the forward's probabilities) and, with dropout, its mask
     drawn again from ``replay`` (the blocks are visited in the forward's order)."""
     P = cache.Q[..., i0:i1, :] @ cache.K.swapaxes(-1, -2)  # (B, H, M, S): the scores again
-    P *= cache.scale
+    P *= cache.scale  # fresh: worked on in place
     mb = _mask_rows(cache.mask, i0, i1)
     if mb is not None:
-        P = xp.where(mb, P, -xp.inf)
-    P = xp.exp(P - cache.lse[..., i0:i1, :])
+        xp.copyto(P, -xp.inf, where=xp.logical_not(mb))
+    P -= cache.lse[..., i0:i1, :]
+    xp.exp(P, out=P)
     drop = DropoutCache(None)
     if replay is not None:
         drop = dropout_mask(P.shape, cache.p_drop, replay, P.dtype)
     return AttentionCoreCache(SoftmaxCache(P), dropout_backward(P, drop), drop, cache.V)
 
 
-def blockwise_attention_backward(dO, cache: BlockwiseAttentionCache):
-    """Returns ``(dQ, dK, dV)``; per block, the forward's steps in reverse:
+def blockwise_attention_backward(
+    dO, cache: BlockwiseAttentionCache, core_backward=attention_core_backward
+):
+    """Returns ``(dQ, dK, dV)``; per block, the forward's steps in reverse
+    (``core_backward``: the backward of the core the forward ran):
 
     2. the core's cache recomputed (``_recomputed_core``)
     1. ``dZ_b, dV_b = core_backward(dO_b)``; ``dV += dV_b``
@@ -134,8 +144,9 @@ def blockwise_attention_backward(dO, cache: BlockwiseAttentionCache):
     for i0 in range(0, T, cache.block):
         i1 = min(i0 + cache.block, T)
         core = _recomputed_core(cache, i0, i1, replay)
-        dZ, dV_b = attention_core_backward(dO[..., i0:i1, :], core)
+        dZ, dV_b = core_backward(dO[..., i0:i1, :], core)
         dV += dV_b
+        del core, dV_b  # the block's probabilities are done with: one block less held
         dZ *= cache.scale
         dQ[..., i0:i1, :] = dZ @ K
         dK += dZ.swapaxes(-1, -2) @ Q[..., i0:i1, :]
