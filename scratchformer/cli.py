@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from scratchformer import __version__, backend, distributed
+from scratchformer import __version__, backend, distributed, progress
 from scratchformer.errors import Interrupted, ScratchformerError, signal_name
 
 DEBUG_HELP = "on an error, show Python's traceback instead of the one-line message"
@@ -131,6 +131,12 @@ def main(argv=None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for ``--ranks``' mpiexec
     if extra:
         _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command not in SEVERAL_PROCESSES and distributed.launched_size() > 1:
+        return _one_process_only(args.command)
+    unwritable = progress.unwritable(args.argv)
+    if unwritable:  # before anything is made: a run's name is printed in its header
+        print(f"scratchformer {args.command}: error: {unwritable}", file=sys.stderr)
+        return 2
     try:
         with _terminate_interrupts():
             if args.backend:
@@ -144,6 +150,25 @@ def main(argv=None) -> int:
         if args.debug:
             raise
         return _end_every_rank(args, e)
+
+
+#: the commands that run as several processes (data parallel); every other one refuses
+#: an MPI launcher's several processes (each would do the whole work, or race to write)
+SEVERAL_PROCESSES = ("train",)
+
+
+def _one_process_only(command: str) -> int:
+    """A command started as several processes by an MPI launcher: refused in one line,
+    told by rank 0 alone (the others end at once, saying nothing)."""
+    if distributed.launched_rank() in (0, None):
+        print(
+            f"scratchformer {command}: error: {command} runs as one process, and "
+            f"{distributed.launched_size()} were started (mpiexec -n ...): start it "
+            "without mpiexec (only train runs as several)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return 2
 
 
 @contextlib.contextmanager
@@ -219,6 +244,14 @@ def out_of_memory(command: str, e: MemoryError) -> str:
 
 def _report(command: str, e: Exception) -> int:
     """One line on stderr for an error that reached the top; the exit code."""
+    if isinstance(e, UnicodeEncodeError):  # text read from a file, written to a terminal
+        print(
+            f"scratchformer {command}: error: the output encoding cannot write "
+            f"{e.object[e.start : e.end]!r} ({e.encoding}): set PYTHONIOENCODING=utf-8, or a "
+            "UTF-8 locale",
+            file=sys.stderr,
+        )
+        return 2
     if isinstance(e, (ScratchformerError, OSError, RuntimeError)):
         print(f"scratchformer {command}: error: {e}", file=sys.stderr)
         return 2

@@ -178,6 +178,12 @@ _WORLD: World | None = None
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")
 
 
+def launched_rank() -> int | None:
+    """This process's rank as the MPI launcher tells it (None when it does not)."""
+    value = next((os.environ[v] for v in _RANK_VARS if os.environ.get(v, "").isdigit()), None)
+    return None if value is None else int(value)
+
+
 def rank_label() -> str:
     """' (rank r of N)' in a process started by an MPI launcher with N > 1, else ''
     (read from the launcher's variables: it works before and without mpi4py)."""
@@ -286,6 +292,7 @@ __all__ = [
     "current",
     "find_mpiexec",
     "launch",
+    "launched_rank",
     "launched_size",
     "missing_mpi4py",
     "rank_label",

@@ -135,4 +135,23 @@ def stage(total: int | None, what: str, unit: str, bar: bool = True, echo=None):
     return Ticker(total, what, echo)
 
 
-__all__ = ["Ticker", "clock", "progress_bar", "stage", "terminal"]
+def unwritable(texts) -> str:
+    """'' when standard output and error can write every one of ``texts`` (the command
+    line, which names runs and prompts that are printed), else why not, in one line
+    (stderr writes it with backslash escapes whatever its encoding)."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        for text in texts:
+            try:
+                text.encode(encoding)
+            except UnicodeEncodeError as e:
+                return (
+                    f"the output encoding {encoding} cannot write {text[e.start]!r} (in "
+                    f"{text!r}): set PYTHONIOENCODING=utf-8, or a UTF-8 locale"
+                )
+            except LookupError:
+                return f"the output encoding {encoding} is not one Python knows"
+    return ""
+
+
+__all__ = ["Ticker", "clock", "progress_bar", "stage", "terminal", "unwritable"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from scratchformer.errors import ScratchformerError
+
 
 def plural(n: int, word: str) -> str:
     """``1 sentence``, ``2 sentences``."""
@@ -88,3 +90,23 @@ def add_decoding_flags(p, chunk_size: int) -> None:
         default=None,
         help=f"lines read, decoded and written at a time (default {chunk_size})",
     )
+
+
+def check_lengths(args, config) -> None:
+    """The length flags of translate and evaluate against the model (``config``): a
+    ``--min-len`` beyond what the model can write, or ``--max-len-a``/``--max-len-b``
+    that let a one-token sentence have fewer tokens than ``--min-len`` (its output could
+    be empty), refused in one line naming them, rather than silently capped."""
+    can = config.max_len - 1  # <bos> and the tokens fill the positions, <eos> is the last
+    if args.min_len > can:
+        raise ScratchformerError(
+            f"--min-len {args.min_len} is more than the {can} tokens this model can write "
+            f"(its max_len is {config.max_len}): lower --min-len"
+        )
+    shortest = min(math.floor(args.max_len_a * 1 + args.max_len_b), can)
+    if shortest < args.min_len:
+        raise ScratchformerError(
+            f"--max-len-a {args.max_len_a:g} --max-len-b {args.max_len_b:g} let a one-token "
+            f"sentence have {max(shortest, 0)} tokens, fewer than --min-len {args.min_len} "
+            "(its output could be empty): raise --max-len-b, or lower --min-len"
+        )

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from scratchformer.bleu import corpus_scores
 from scratchformer.checkpoint import load_with_tokenizer
-from scratchformer.commands import NONNEGATIVE, add_decoding_flags, plural
+from scratchformer.commands import NONNEGATIVE, add_decoding_flags, check_lengths, plural
 from scratchformer.commands.outputs import check_output
+from scratchformer.compat import task_of
 from scratchformer.data.bible_pairs import read_pairs
 from scratchformer.decode import translate
 from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
@@ -78,6 +79,7 @@ def teacher_forced(model, tok, pairs, max_tokens: int = 4096, bar: bool = True) 
 
 def run(args) -> int:
     ckpt, tok = load_with_tokenizer(args.checkpoint, expect=Transformer)
+    check_lengths(args, ckpt.config)
     data_dir = args.data_dir
     if data_dir is None:
         data_dir = ckpt.meta.get("train_config", {}).get("task", {}).get("data_dir") or None
@@ -90,6 +92,7 @@ def run(args) -> int:
         inputs = [("--checkpoint", args.checkpoint), (f"--split {args.split}", path)]
         check_output(args.output, inputs, flag="--output", kind="text", overwrite=args.overwrite)
     pairs = read_pairs(path)
+    _check_the_data_fits(ckpt, tok, pairs, path, args.checkpoint)
     if args.limit:
         pairs = pairs[: args.limit]
     refs = [t for _, t in pairs]
@@ -133,6 +136,26 @@ def run(args) -> int:
         print(warning, file=sys.stderr)
     print(f"evaluated in {dt:.1f} s", file=sys.stderr)
     return 0
+
+
+#: the share of a split's source tokens that may be unknown to the checkpoint's vocabulary
+MOST_UNKNOWN = 0.5
+
+
+def _check_the_data_fits(ckpt, tok, pairs, path, name) -> None:
+    """Refuse to score a checkpoint on sentences it cannot read: when most of their
+    tokens are unknown to its vocabulary (<unk>), the data is not what it was trained for
+    (a reverse model's letters against Bible verses, say), and any score is noise."""
+    unk = tok.vocab.unk_id
+    ids = [i for s, _ in pairs for i in tok.encode(s)]
+    unknown = sum(i == unk for i in ids) / max(len(ids), 1)
+    if unknown > MOST_UNKNOWN:
+        task = task_of(ckpt.meta)
+        trained = f" (it was trained on the {task} task)" if task else ""
+        raise ScratchformerError(
+            f"{path}: {unknown:.0%} of its source tokens are unknown to the vocabulary of "
+            f"{name}{trained}: these are not the sentences it was made for"
+        )
 
 
 def _decode_split(args, model, tok, pairs, name: str) -> tuple[list[str], str | None]:

@@ -23,7 +23,7 @@ import argparse
 import signal
 from pathlib import Path
 
-from scratchformer import distributed
+from scratchformer import distributed, progress
 from scratchformer.checkpoint import CheckpointError, latest_checkpoint, read_params
 from scratchformer.commands import COUNT, NONNEGATIVE, number
 from scratchformer.compat import flat_override
@@ -206,6 +206,9 @@ def run(args) -> int:
         # (a bad --set) is told once, by rank 0, and one rank's error ends them all
         distributed.world()
     cfg, resume = resolve_config(args)
+    unwritable = progress.unwritable([cfg.name])  # the header names the run
+    if unwritable:
+        raise ConfigError(unwritable)
     try:  # reading the data, the tokenizer, a checkpoint to resume
         trainer = Trainer(
             cfg, resume=resume, overwrite=args.overwrite, progress=not args.no_progress

@@ -13,6 +13,9 @@ empty output line (no n-best lines). ``--greedy`` decodes greedily instead.
 
 The tokenizer is the one stored in the checkpoint (``meta["tokenizer"]``).
 
+A file is read twice (first its lines are counted, for the progress shown); a stream
+(stdin, a pipe, a FIFO, ``/dev/stdin``, a process substitution) once, as it comes.
+
 The input is read as UTF-8, one sentence per ``\\n``-ended line (a ``\\r\\n`` ending loses
 its ``\\r``; a UTF-8 byte order mark at the start is dropped); bytes that are not UTF-8
 are an error naming the line. Tokens the model's vocabulary lacks are read as <unk>,
@@ -29,9 +32,10 @@ import argparse
 import sys
 import time
 from contextlib import ExitStack
+from pathlib import Path
 
 from scratchformer.checkpoint import load_with_tokenizer
-from scratchformer.commands import COUNT, NONNEGATIVE, add_decoding_flags, plural
+from scratchformer.commands import COUNT, NONNEGATIVE, add_decoding_flags, check_lengths, plural
 from scratchformer.commands.outputs import STDIN, STDOUT, check_output
 from scratchformer.data.text import iter_text_lines
 from scratchformer.decode import translate, translate_nbest
@@ -78,12 +82,14 @@ def run(args) -> int:
     output = STDOUT if args.output == "-" else args.output
     check_output(output, inputs, flag="--output", kind="text", overwrite=args.overwrite)
     ckpt, tokenizer = load_with_tokenizer(args.checkpoint, expect=Transformer)
+    check_lengths(args, ckpt.config)
     if args.input == "-":
         source, name, total = getattr(sys.stdin, "buffer", sys.stdin), "stdin", None
     else:
-        # a first pass over the file: the bar's total, and bad bytes found before any output
-        source, name = args.input, args.input
-        total = sum(1 for _, line in iter_text_lines(source) if line.strip())
+        source, name, total = args.input, args.input, None
+        if Path(source).is_file():  # a stream (a pipe, a FIFO, /dev/stdin) is read once
+            # a first pass over a file: the total shown, bad bytes found before any output
+            total = sum(1 for _, line in iter_text_lines(source) if line.strip())
     check = SourceCheck(ckpt.model, tokenizer, name)
     decode = _decoder(args, ckpt.model, tokenizer)
     n = 0

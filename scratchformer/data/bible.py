@@ -43,6 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from scratchformer.data.verse_counts import MIN_SHARE, VERSE_COUNTS
 from scratchformer.errors import ScratchformerError
 
 #: Module names of the Debian packages (package -> module).
@@ -256,6 +257,7 @@ def open_bible(module: str = "engWEB2015eb", path=None):
         raise _missing_module(module, where)
     bible = mods.get_bible_from_module(module)
     _memoise_blocks(bible)
+    bible.scratchformer_source = (module, where)  # what iter_verses checks it against
     return bible
 
 
@@ -280,8 +282,17 @@ def _memoise_blocks(bible) -> None:
 
 def iter_verses(bible, books: Iterable[str] | None = None) -> Iterator[Verse]:
     """Every verse of ``books`` (OSIS names; default the 66-book canon), cleaned, in
-    canon order. Verses empty after cleaning (omitted in this translation) are skipped."""
+    canon order. Verses empty after cleaning (omitted in this translation) are skipped.
+
+    A damaged module (a truncated or bit-flipped file) reads as empty verses, silently:
+    so each book's verses are counted as it ends, against the counts of the intact
+    module (``verse_counts.VERSE_COUNTS``; for another module, at least ``MIN_SHARE``
+    of the verses its versification numbers), and a book that falls short is an error
+    naming it (``BibleDataError``): no data set is made from it. (A bible not opened by
+    ``open_bible`` is read unchecked.)"""
     wanted = CANON if books is None else tuple(books)
+    module, where = getattr(bible, "scratchformer_source", (None, None))
+    counts = VERSE_COUNTS.get(module)
     structure = {}
     for book_list in bible.get_structure().get_books().values():
         for b in book_list:
@@ -290,12 +301,36 @@ def iter_verses(bible, books: Iterable[str] | None = None) -> Iterator[Verse]:
         if osis not in structure:
             raise BibleDataError(f"book {osis!r} is not in this module")
         b = structure[osis]
+        read = 0
         for ch, n_verses in enumerate(b.chapter_lengths, start=1):
             for v in range(1, n_verses + 1):
-                raw = bible.get(books=[b.name], chapters=[ch], verses=[v], clean=False)
+                try:
+                    raw = bible.get(books=[b.name], chapters=[ch], verses=[v], clean=False)
+                except Exception as e:  # pysword's errors of a damaged file vary
+                    raise _damaged(module, where, f"{osis} {ch}:{v} cannot be read ({e})") from None
                 text = clean_osis(raw, chapter_start=(v == 1))
                 if text:
+                    read += 1
                     yield Verse(osis, ch, v, text)
+        numbered = sum(b.chapter_lengths)
+        want = counts[CANON.index(osis)] if counts and osis in CANON else None
+        short = read != want if want is not None else read < MIN_SHARE * numbered
+        if module is not None and short:  # a bible ``open_bible`` opened
+            holds = (
+                f"the intact module holds {want}"
+                if want is not None
+                else (f"its versification numbers {numbered}")
+            )
+            raise _damaged(module, where, f"{osis} gives {read} verses, where {holds}")
+
+
+def _damaged(module, where, what: str) -> BibleDataError:
+    """The error of a module that reads wrong: what went wrong, and how to reinstall it."""
+    pkg = PACKAGES.get(module, "its package")
+    return BibleDataError(
+        f"SWORD module {module or ''} under {where or 'its folder'} is damaged: {what}; "
+        f"reinstall it (sudo apt-get install --reinstall {pkg}) and prepare the data again"
+    )
 
 
 # -- splits and prepared files ------------------------------------------------------------

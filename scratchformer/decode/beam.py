@@ -64,6 +64,7 @@ from scratchformer.decode.common import (
     length_penalty,
     log_probs,
     max_output_lengths,
+    silent_rows,
     source_lengths,
 )
 
@@ -141,12 +142,13 @@ def _start(B: int, K: int, cfg):
     return [[] for _ in range(B)], np.arange(B), history, cum, bos_column(B * K, cfg)
 
 
-def _next_log_probs(model, tokens, kv, step, max_lens, min_len, history, ngram):
+def _next_log_probs(model, tokens, kv, step, max_lens, min_len, history, ngram, writes=None):
     """Step 1: log p(y | prefix) (R, V) float64 of every live row, one ``decode_step``,
     with the token rules of ``constrain`` (``max_lens`` (R,) host: each row's L) and,
     for ``ngram`` > 0, -inf on every token that would repeat an n-gram of the row."""
     lp = log_probs(model.decode_step(tokens, kv)[:, -1])  # (R, V) float64
-    lp = constrain(lp, step, max_lens, min_len, model.config)
+    silent = silent_rows(history, writes)
+    lp = constrain(lp, step, max_lens, min_len, model.config, silent, writes)
     if ngram:
         rows, toks = _ngram_bans(history, ngram)
         if rows.size:
@@ -244,6 +246,7 @@ def beam_search(
     min_len=0,
     nbest=1,
     no_repeat_ngram_size=0,
+    writes=None,
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch of sentences (the algorithm is in the module docstring).
 
@@ -251,7 +254,8 @@ def beam_search(
     backend array). beam_size K >= 1 (any size, also >= V); alpha >= 0 the GNMT
     length-penalty exponent; lengths as in decode/common.py; nbest <= K hypotheses
     returned per sentence; no_repeat_ngram_size n > 0 forbids any n-gram of output
-    tokens to occur twice in a hypothesis.
+    tokens to occur twice in a hypothesis; ``writes`` (host bool (V,), the tokens that
+    write text): with ``min_len`` >= 1, no hypothesis ends as blank text.
 
     Returns, per sentence, up to ``nbest`` ``Hypothesis(tokens, score, logprob)``, best
     score first (fewer only when fewer than nbest distinct outputs exist, e.g. a tiny
@@ -284,7 +288,7 @@ def beam_search(
         # 1. next-token log-probabilities of every row, with the token rules
         row_lens = np.repeat(max_lens[active], K)  # (R,) host
         lp = _next_log_probs(
-            model, tokens, kv, step, row_lens, min_len, history, no_repeat_ngram_size
+            model, tokens, kv, step, row_lens, min_len, history, no_repeat_ngram_size, writes
         )
         # 2. the best 2K continuations of each sentence's K live hypotheses
         cand = (backend.asarray(cum).reshape(-1, 1) + lp).reshape(Ba, K * V)  # (B, K*V)

@@ -15,6 +15,10 @@ Conventions (both searches):
   forced, so every hypothesis ends with <eos> at the latest there.
 - ``min_len``: <eos> is forbidden while fewer than ``min_len`` tokens were produced;
   the forced <eos> at ``L_i`` wins over it (min_len is in effect clamped to ``L_i``).
+  With ``writes`` (host bool (V,): the tokens that write text, ``writing_tokens``),
+  <eos> is also forbidden to a row whose tokens so far write nothing (a lone word
+  boundary of a BPE vocabulary), and at its last step before the forced <eos> only a
+  token that writes is allowed: with ``min_len`` >= 1 an output is never blank text.
 - <pad> and <bos> are never emitted (a <bos> in the middle of an output is meaningless
   and would be dropped by every tokenizer).
 
@@ -140,12 +144,32 @@ def log_probs(logits):
     return kernels.log_softmax.forward(logits.astype(xp.float64))[0]
 
 
-def constrain(scores, step: int, max_lens, min_len: int, config):
+def writing_tokens(tokenizer, vocab_size: int):
+    """Host bool (V,): the ids whose text, alone, is not blank (<pad>, <bos>, <eos> and
+    the tokens a tokenizer writes as nothing or as space are False)."""
+    np = backend.np
+    specials = {tokenizer.vocab.pad_id, tokenizer.vocab.bos_id, tokenizer.vocab.eos_id}
+    return np.array(
+        [i not in specials and bool(tokenizer.decode([i]).strip()) for i in range(vocab_size)]
+    )
+
+
+def silent_rows(history, writes):
+    """Host bool (R,): the rows of ``history`` (R, t) whose tokens write no text yet
+    (None without ``writes``)."""
+    if writes is None:
+        return None
+    return ~writes[history].any(axis=1) if history.shape[1] else backend.np.ones(len(history), bool)
+
+
+def constrain(scores, step: int, max_lens, min_len: int, config, silent=None, writes=None):
     """Apply the token rules of decoder step ``step`` (0-based: ``step`` tokens were
     produced so far) to ``scores`` (R, V) (logits or log-probs); returns a new array.
 
     - <pad> and <bos>: -inf always;
-    - <eos>: -inf while ``step < min_len``;
+    - <eos>: -inf while ``step < min_len``, and with ``min_len`` >= 1 in the rows of
+      ``silent`` (host bool (R,)), whose tokens write no text yet; at such a row's last
+      step before its forced <eos>, every token that writes nothing (``writes`` False);
     - rows whose sentence reached its maximum (``step >= max_lens[r]``, host int (R,)):
       every token but <eos> is -inf, and <eos> keeps its own score (forced <eos>).
     """
@@ -155,6 +179,13 @@ def constrain(scores, step: int, max_lens, min_len: int, config):
     eos = config.eos_id
     if step < min_len:
         out[:, eos] = -xp.inf
+    if min_len and silent is not None and silent.any():
+        rows = np.flatnonzero(silent)
+        out[backend.asarray(rows), eos] = -xp.inf
+        last = rows[step == np.asarray(max_lens)[rows] - 1]
+        if last.size and writes is not None:
+            blank = backend.asarray(np.flatnonzero(~writes))
+            out[backend.asarray(last)[:, None], blank[None, :]] = -xp.inf
     forced = np.flatnonzero(step >= np.asarray(max_lens))
     if forced.size:
         idx = backend.asarray(forced)
@@ -176,6 +207,8 @@ __all__ = [
     "check_lengths_args",
     "check_vocabulary",
     "constrain",
+    "silent_rows",
+    "writing_tokens",
     "length_penalty",
     "log_probs",
     "max_output_lengths",

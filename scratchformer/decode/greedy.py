@@ -30,13 +30,16 @@ from scratchformer.decode.common import (
 )
 
 
-def greedy_decode(model, src, max_len_a=1.0, max_len_b=50, min_len=0) -> list[list[int]]:
+def greedy_decode(
+    model, src, max_len_a=1.0, max_len_b=50, min_len=0, writes=None
+) -> list[list[int]]:
     """Most probable token at every step, for a batch of sentences.
 
     model: a ``Transformer``; src (B, S) int ids, right-padded with pad_id (host or
     backend array). Lengths: see decode/common.py (``L_i = min(floor(a S_i + b),
     max_len - 1)`` tokens, then <eos> forced; <eos> forbidden before ``min_len``;
-    <pad>/<bos> never emitted).
+    <pad>/<bos> never emitted; ``writes``: host bool (V,), the tokens that write text,
+    for outputs that are never blank).
 
     Returns B lists of token ids, without <bos> and <eos>.
     """
@@ -53,15 +56,19 @@ def greedy_decode(model, src, max_len_a=1.0, max_len_b=50, min_len=0) -> list[li
     kv = model.init_kv(memory, src_mask, beams=1, capacity=int(max_lens.max()) + 1)
 
     outputs = [[] for _ in range(B)]
+    wrote = np.zeros(B, dtype=bool)  # whether each sentence's tokens write text yet
     active = np.arange(B)  # the sentence each row decodes
     tokens = bos_column(B, cfg)  # (R, 1) the next decoder input of every row
     for step in range(int(max_lens.max()) + 1):
         lp = log_probs(model.decode_step(tokens, kv)[:, -1])  # (R, V)
-        lp = constrain(lp, step, max_lens[active], min_len, cfg)
+        silent = None if writes is None else ~wrote[active]
+        lp = constrain(lp, step, max_lens[active], min_len, cfg, silent, writes)
         next_tok = backend.asnumpy(xp.argmax(lp, axis=-1))  # (R,) first max on ties
         going = next_tok != cfg.eos_id  # <eos> finishes a row (forced at its max length)
         for b, tok in zip(active[going], next_tok[going]):
             outputs[b].append(int(tok))
+        if writes is not None:
+            wrote[active[going]] |= writes[next_tok[going]]
         if not going.any():
             break
         if not going.all():

@@ -15,8 +15,10 @@ Documented behaviour for awkward input:
 - a sentence with more tokens than the model has positions (``config.max_len``) is an
   error naming the sentence, raised before anything is decoded;
 - a non-empty sentence never translates to nothing: ``min_len=1`` (fairseq's default)
-  keeps ``<eos>`` out of the first step (unless ``max_len_a``/``max_len_b`` allow no
-  token at all: the maximum length wins). Beam search is exact enough to find the empty
+  keeps ``<eos>`` out of the first step, and out of every step while the tokens so far
+  write no text (a lone word boundary of an undertrained BPE vocabulary); the maximum
+  length still wins (the command line refuses ``max_len_a``/``max_len_b`` that allow
+  fewer tokens than ``min_len``). Beam search is exact enough to find the empty
   output when a weak model gives ``<eos>`` a few percent at step one: its score
   ``log p(<eos>) / lp(1)`` then beats every real sentence divided by its length penalty
   (an undertrained Bible model gave ``<eos>`` 4% at step one, and the empty output won).
@@ -46,7 +48,7 @@ from dataclasses import dataclass
 from scratchformer import backend
 from scratchformer.data.tokenizers import UnknownTokens
 from scratchformer.decode.beam import beam_search
-from scratchformer.decode.common import DecodeError, Hypothesis
+from scratchformer.decode.common import DecodeError, Hypothesis, writing_tokens
 from scratchformer.decode.greedy import greedy_decode
 
 
@@ -154,6 +156,7 @@ def translate_nbest(
     ``Translation``s, best first (an empty list for an empty sentence). ``progress``:
     called with the number of sentences of each batch once it is decoded."""
     encoded = _encode_all(model, tokenizer, sentences)
+    writes = writing_tokens(tokenizer, model.config.vocab_size) if min_len else None
     out: list[list[Translation]] = [[] for _ in encoded]
     for idx in _batches(encoded, batch_size):
         src = _pad(encoded, idx, model.config.pad_id)
@@ -167,6 +170,7 @@ def translate_nbest(
             min_len=min_len,
             nbest=nbest,
             no_repeat_ngram_size=no_repeat_ngram_size,
+            writes=writes,
         )
         for i, hyps in zip(idx, results):
             out[i] = [Translation(tokenizer.decode(h.tokens), h) for h in hyps]
@@ -213,10 +217,12 @@ def translate(
         )
         return [t[0].text if t else "" for t in nb]
     encoded = _encode_all(model, tokenizer, sentences)
+    writes = writing_tokens(tokenizer, model.config.vocab_size) if min_len else None
     out = [""] * len(encoded)
     for idx in _batches(encoded, batch_size):
         src = _pad(encoded, idx, model.config.pad_id)
-        for i, ids in zip(idx, greedy_decode(model, src, max_len_a, max_len_b, min_len)):
+        found = greedy_decode(model, src, max_len_a, max_len_b, min_len, writes)
+        for i, ids in zip(idx, found):
             out[i] = tokenizer.decode(ids)
         if progress is not None:
             progress(len(idx))

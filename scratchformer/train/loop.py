@@ -66,7 +66,12 @@ from scratchformer.train.config import TrainConfig
 from scratchformer.train.interrupts import Interrupts, agree, ending
 from scratchformer.train.limits import check_accumulation, check_training_memory, local_processes
 from scratchformer.train.report import TrainResult
-from scratchformer.train.resume import check_ranks, check_resumable, check_same_run
+from scratchformer.train.resume import (
+    check_position,
+    check_ranks,
+    check_resumable,
+    check_same_run,
+)
 from scratchformer.train.rundir import (
     LOCK_NAME,
     RunLock,
@@ -197,6 +202,7 @@ class Trainer:
         self.optimizer.load_state_dict(ck.optimizer_state)
         ts = compat.train_state(ck.train_state)
         self.step, self.epoch, self.batch_index = ts["step"], ts["epoch"], ts["batch_index"]
+        check_position(self.step, self.epoch, self.batch_index, self.sampler, self.cfg.train, path)
         self.tokens_seen = ts.get("tokens_seen", 0)
         self.seconds_before = ts.get("seconds", 0.0)
         self.window = Window(ts.get("window"))

@@ -118,6 +118,7 @@ def check_resumable(ck, path, cfg, task, model_config) -> None:
 
 __all__ = [
     "RESUMABLE",
+    "check_position",
     "check_ranks",
     "check_resumable",
     "check_same_run",
@@ -171,6 +172,25 @@ def check_same_run(run_dir: Path, ck, path: Path) -> None:
             f"{', '.join(differ[:4])}): resuming there would mix two runs, and no flag "
             "deletes another run's files; resume into the checkpoint's own run directory "
             "or a new --run-dir"
+        )
+
+
+def check_position(step: int, epoch: int, batch_index: int, sampler, train, path) -> None:
+    """Refuse a position a run cannot have reached (a hand-edited or foreign training
+    state would resume somewhere else in the data order than it says), and a resume to
+    fewer steps than it has done: a resumed run only goes on."""
+    batches = len(sampler.epoch(epoch)) if epoch <= step * train.accum_steps else -1
+    if not 0 <= batch_index <= batches:
+        where = f"batch {batch_index} of epoch {epoch}"
+        raise CheckpointError(
+            f"cannot resume from {path}: its data position ({where}) is not one a run of "
+            f"{step} steps reaches (an epoch holds {len(sampler)} batches)"
+        )
+    if train.steps < step:
+        raise ConfigError(
+            f"cannot resume from {path} to train.steps = {train.steps}: the run is at step "
+            f"{step}, and a resumed run only goes on (--steps {step} judges its test set "
+            "again, more steps train further)"
         )
 
 

@@ -5,6 +5,7 @@ paths, saving, and reading a PNG's size.
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
@@ -27,6 +28,13 @@ def new_figure(width: float, height: float):
     except ImportError:
         raise PlotError(
             "plots need matplotlib: pip install 'scratchformer[plot]' (or pip install matplotlib)"
+        ) from None
+    except ValueError as e:  # matplotlib checks $MPLBACKEND as it is imported
+        if "backend" not in str(e):
+            raise
+        raise PlotError(
+            f"MPLBACKEND={os.environ.get('MPLBACKEND', '')} is not a backend matplotlib knows "
+            "(plots are written as PNG files and need none): unset MPLBACKEND"
         ) from None
     fig = Figure(figsize=(width, height), dpi=DPI)
     FigureCanvasAgg(fig)

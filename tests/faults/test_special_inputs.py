@@ -1,0 +1,306 @@
+"""Special inputs read the way they come: a stream (a FIFO, ``/dev/stdin``, a process
+substitution) is read once, as it arrives; a command started as several processes that
+does not run as several is refused in one line; the empty-output promise holds or the
+setting that breaks it is named; a checkpoint is used only by the command that fits its
+task, and a resumed run only goes forward from where it is."""
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scratchformer.cli import main
+
+LINES = ["abc", "cab", "", "jihg"]
+
+
+def _translate(ckpt, *argv):
+    return [sys.executable, "-m", "scratchformer", "translate", "--checkpoint", str(ckpt), *argv]
+
+
+def _direct(reverse_model, capsys, tmp_path) -> list[str]:
+    src = tmp_path / "direct.txt"
+    src.write_text("".join(s + "\n" for s in LINES), encoding="utf-8")
+    assert main(["translate", "--checkpoint", str(reverse_model[0]), "--input", str(src)]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_a_fifo_is_read_once_as_it_comes(reverse_model, tmp_path, capsys):
+    want = _direct(reverse_model, capsys, tmp_path)
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "w", encoding="utf-8") as f:
+            f.write("".join(s + "\n" for s in LINES))
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    p = subprocess.run(
+        _translate(reverse_model[0], "--input", str(fifo)), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    writer.join(timeout=10)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == want and len(want) == len(LINES)
+
+
+@pytest.mark.parametrize("how", ["dev-stdin", "process-substitution"])
+def test_a_stream_named_as_a_file_is_read_once(reverse_model, tmp_path, capsys, how):
+    want = _direct(reverse_model, capsys, tmp_path)
+    text = "".join(s + "\n" for s in LINES)
+    if how == "dev-stdin":
+        argv = _translate(reverse_model[0], "--input", "/dev/stdin")
+        p = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=120)
+    else:
+        if shutil.which("bash") is None:
+            pytest.skip("process substitution needs bash")
+        (tmp_path / "lines.txt").write_text(text, encoding="utf-8")
+        cmd = " ".join(f"'{a}'" for a in _translate(reverse_model[0], "--input"))
+        script = f"{cmd} <(cat '{tmp_path / 'lines.txt'}')"
+        p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == want
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("command", ["translate", "evaluate", "generate", "average", "gradcheck"])
+def test_several_processes_are_refused_by_every_command_but_train(
+    capsys, monkeypatch, command, rank
+):
+    """Started by an MPI launcher (its variables set): rank 0 says it once, the others
+    end without a word; nothing else runs."""
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setenv("PMI_RANK", str(rank))
+    assert main([command, *_ARGS[command]]) == 2
+    err = capsys.readouterr().err.splitlines()
+    if rank == 0:
+        assert err == [
+            f"scratchformer {command}: error: {command} runs as one process, and 2 were "
+            "started (mpiexec -n ...): start it without mpiexec (only train runs as several)"
+        ]
+    else:
+        assert err == []
+
+
+_ARGS = {
+    "translate": ["--checkpoint", "x.npz"],
+    "evaluate": ["--checkpoint", "x.npz"],
+    "generate": ["--checkpoint", "x.npz"],
+    "average": ["a.npz", "b.npz"],
+    "gradcheck": [],
+}
+
+
+@pytest.mark.slow
+def test_translate_under_mpiexec_is_refused_once(reverse_model, tmp_path, mpi):
+    src = tmp_path / "src.txt"
+    src.write_text("abc\nde\n", encoding="utf-8")
+    argv = [mpi, "-n", "2", *_translate(reverse_model[0], "--input", str(src))]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and p.stdout == ""
+    ours = [ln for ln in p.stderr.splitlines() if ln.startswith("scratchformer")]
+    assert ours == [
+        "scratchformer translate: error: translate runs as one process, and 2 were started "
+        "(mpiexec -n ...): start it without mpiexec (only train runs as several)"
+    ]
+
+
+# -- SWORD modules: a damaged one is refused, never read as a shorter Bible -------------------
+SWORD = Path("/usr/share/sword")
+
+
+def _sword_copy(tmp_path, damage):
+    """A copy of the installed SWORD folder with the WEB damaged by ``damage(path)`` of
+    one of its files; skipped where the WEB is not installed (or pysword is missing)."""
+    pytest.importorskip("pysword")
+    web = SWORD / "modules" / "texts" / "ztext" / "engWEB2015eb"
+    if not web.is_dir():
+        pytest.skip("the SWORD module engWEB2015eb is not installed (sword-text-web)")
+    copy = tmp_path / "sword"
+    shutil.copytree(SWORD, copy)
+    damage(copy / "modules" / "texts" / "ztext" / "engWEB2015eb")
+    return copy
+
+
+def _truncate(d):
+    f = d / "ot.bzz"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 3])
+
+
+def _flip(d):
+    f = d / "nt.bzz"
+    raw = bytearray(f.read_bytes())
+    for i in range(1000, len(raw), 50_000):
+        raw[i] ^= 0xFF
+    f.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize(
+    "damage, book",
+    [(_truncate, "2Kgs gives 0 verses"), (_flip, "gives")],
+    ids=["truncated", "bit-flipped"],
+)
+@pytest.mark.parametrize("dataset", ["genre", "web-text"])
+def test_a_damaged_sword_module_is_refused_naming_the_book(
+    tmp_path, monkeypatch, refused, damage, book, dataset
+):
+    sword = _sword_copy(tmp_path, damage)
+    monkeypatch.chdir(tmp_path)
+    line = refused(["data", dataset, "--sword-path", str(sword), "--no-progress"], book)
+    assert f"SWORD module engWEB2015eb under {sword} is damaged" in line
+    assert "where the intact module holds" in line and "--reinstall sword-text-web" in line
+    assert not list((tmp_path / "data").rglob("*.tsv")) + list((tmp_path / "data").rglob("*.txt"))
+
+
+# -- the empty-output promise ------------------------------------------------------------------
+def test_tokens_that_write_nothing_never_make_a_blank_translation(monkeypatch):
+    """A model that puts the space first and <eos> second at every step (as an
+    undertrained BPE model puts a lone word boundary): the searches alone give spaces,
+    blank text; translate keeps <eos> out until a token writes text, and at
+    the last step allows only such a token."""
+    from scratchformer.data import CharTokenizer
+    from scratchformer.decode import greedy_decode, translate
+    from scratchformer.models import Transformer, TransformerConfig
+
+    tok = CharTokenizer.fit(["ab c"])
+    model = Transformer(TransformerConfig.preset("tiny", vocab_size=len(tok.vocab)))
+    space, eos = tok.encode(" ")[0], model.config.eos_id
+    real = model.decode_step
+
+    def biased(tokens, kv):
+        logits = real(tokens, kv) * 0.0
+        logits[..., space], logits[..., eos] = 10.0, 9.0
+        return logits
+
+    monkeypatch.setattr(model, "decode_step", biased)
+    src = np.array([tok.encode("ab")])
+    assert tok.decode(greedy_decode(model, src, min_len=1)[0]).strip() == ""  # blank
+    for greedy in (True, False):
+        out = translate(model, tok, ["ab", "c"], greedy=greedy, max_len_b=4, min_len=1)
+        assert all(text.strip() for text in out), out
+    blank = translate(model, tok, ["ab"], greedy=True, max_len_b=4, min_len=0)
+    assert blank[0].strip() == ""  # min_len 0 asks for no text
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--max-len-a", "0", "--max-len-b", "0"], "let a one-token sentence have 0 tokens"),
+        (["--max-len-a", "0.5", "--max-len-b", "0", "--min-len", "2"], "fewer than --min-len 2"),
+        (["--min-len", "1000"], "--min-len 1000 is more than the 63 tokens this model can"),
+    ],
+    ids=["no-token-at-all", "fewer-than-min-len", "min-len-beyond-the-model"],
+)
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_lengths_that_break_the_promise_are_refused(
+    reverse_model, pairs_dir, tmp_path, refused, command, flags, says
+):
+    if command == "translate":
+        src = tmp_path / "src.txt"
+        src.write_text("abc\n", encoding="utf-8")
+        argv = ["translate", "--checkpoint", str(reverse_model[0]), "--input", str(src)]
+    else:
+        argv = ["evaluate", "--checkpoint", str(reverse_model[0]), "--data-dir", str(pairs_dir)]
+    refused([*argv, *flags], says)
+
+
+def test_evaluate_refuses_sentences_its_checkpoint_cannot_read(reverse_model, tmp_path, refused):
+    """A reverse model (10 letters) against translation pairs: most of the source is
+    <unk> to it, and its scores would be noise."""
+    d = tmp_path / "bible"
+    d.mkdir()
+    rows = "En el principio creó Dios los cielos y la tierra.\tIn the beginning...\n"
+    for split in ("train", "dev", "test"):
+        (d / f"{split}.tsv").write_text(rows, encoding="utf-8")
+    argv = ["evaluate", "--checkpoint", str(reverse_model[0]), "--data-dir", str(d)]
+    line = refused(argv, f"{d / 'test.tsv'}: ", "of its source tokens are unknown")
+    assert "(it was trained on the reverse task)" in line
+
+
+# -- a resumed run goes on from where it is ----------------------------------------------------
+def test_a_resume_to_fewer_steps_than_done_is_refused(tmp_path, refused):
+    from task_data import TINY_RUN
+
+    run = tmp_path / "run"
+    assert main(["train", *TINY_RUN, "--run-dir", str(run), "--steps", "4", "--no-test"]) == 0
+    files = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    line = refused(["train", "--run-dir", str(run), "--resume", "--steps", "2"], "train.steps = 2")
+    assert "the run is at step 4, and a resumed run only goes on" in line
+    assert {p: p.read_bytes() for p in files} == files  # averaged.npz untouched too
+
+
+def test_a_data_position_beyond_the_epoch_is_refused(tmp_path, refused):
+    import json
+
+    from task_data import TINY_RUN
+
+    run = tmp_path / "run"
+    assert main(["train", *TINY_RUN, "--run-dir", str(run), "--steps", "2", "--no-test"]) == 0
+    path = run / "checkpoints" / "checkpoint_2.npz"
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(arrays.pop("__meta__").tobytes())
+    header["train_state"]["batch_index"] = 10**9
+    blob = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+    np.savez(path, **arrays, __meta__=blob)
+    line = refused(["train", "--run-dir", str(run), "--resume", "--steps", "4"], str(path))
+    assert "its data position (batch 1000000000 of epoch 0) is not one a run of 2 steps" in line
+
+
+# -- start-up: output encodings and plotting backends that cannot work -------------------------
+def _run(argv, cwd, **env):
+    return subprocess.run(
+        [sys.executable, "-m", "scratchformer", *argv],
+        cwd=cwd, capture_output=True, text=True, timeout=120, env={**os.environ, **env},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--task", "reverse", "--name", "caffè", "--steps", "1"],
+        ["generate", "--checkpoint", "x.npz", "--prompt", "año"],
+    ],
+    ids=["run-name", "prompt"],
+)
+def test_an_output_encoding_that_cannot_write_the_command_line_is_one_line(tmp_path, argv):
+    p = _run(argv, tmp_path, PYTHONIOENCODING="ascii")
+    assert p.returncode == 2 and p.stdout == ""
+    assert len(p.stderr.splitlines()) == 1 and "internal error" not in p.stderr
+    assert "the output encoding ascii cannot write" in p.stderr
+    assert "set PYTHONIOENCODING=utf-8" in p.stderr
+    assert list(tmp_path.iterdir()) == []  # no run directory made
+
+
+def test_a_run_name_from_a_config_the_output_cannot_write_is_refused_first(tmp_path):
+    (tmp_path / "c.toml").write_text('name = "caffè"\n', encoding="utf-8")
+    p = _run(["train", "--config", "c.toml"], tmp_path, PYTHONIOENCODING="ascii")
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    assert "cannot write '\\xe8' (in 'caff\\xe8')" in p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["c.toml"]
+
+
+def test_text_the_output_encoding_cannot_write_is_one_line(capsys):
+    """Text read from a file, not the command line (a translation), that the output
+    cannot write: one line with the code of an error, not an internal one."""
+    from scratchformer import cli
+
+    rc = cli._report("translate", UnicodeEncodeError("ascii", "año", 1, 2, "ordinal"))
+    assert rc == 2 and capsys.readouterr().err.splitlines() == [
+        "scratchformer translate: error: the output encoding cannot write 'ñ' (ascii): set "
+        "PYTHONIOENCODING=utf-8, or a UTF-8 locale"
+    ]
+
+
+def test_an_unknown_plotting_backend_is_one_line(tmp_path):
+    pytest.importorskip("matplotlib")
+    p = _run(["plot", "schedule", "-o", str(tmp_path / "s.png")], tmp_path, MPLBACKEND="nonsense")
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    assert "MPLBACKEND=nonsense is not a backend matplotlib knows" in p.stderr
+    assert not (tmp_path / "s.png").exists()
