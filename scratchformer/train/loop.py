@@ -349,6 +349,8 @@ class Trainer:
         )
         if step is None and self.step > self.checked_step + 1:
             at = f"between steps {self.checked_step + 1} and {self.step}"
+        elif step is not None and step < self.step:  # read at the record of a later step
+            at, what = f"at step {self.step}", f"at step {step}, {what}"
         else:
             at = f"at step {self.step if step is None else step}"
         msg = f"training stopped {at}: {what} ({'diverged' if finite else 'not finite'}); {last}"

@@ -231,7 +231,10 @@ def run_file(path: Path) -> str:
             METRICS_NAME: "the metrics log",
             LOCK_NAME: "the lock",
         }[path.name]
-    if d.name == "checkpoints" and is_run_dir(d.parent):
+    # a run's checkpoints folder, by its place or by what it holds (the same folder
+    # reached another way, a bind mount, has another name)
+    ckpts = d.is_dir() and bool(list_checkpoints(d))
+    if (d.name == "checkpoints" and is_run_dir(d.parent)) or ckpts:
         if CHECKPOINT_RE.match(path.name):
             return "a checkpoint"
         if path.name == AVERAGED_NAME:

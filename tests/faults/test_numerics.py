@@ -172,7 +172,8 @@ def test_an_exploding_loss_stops_the_run_before_a_checkpoint_of_it(tmp_path, cap
     assert "above 12.6 (guessing uniformly among 14 outputs scores 2.64)" in err[0]
     assert "lower the learning rate" in err[0] and "continue with --resume" not in err[0]
     found = list_checkpoints(run / "checkpoints") if (run / "checkpoints").exists() else []
-    step = int(err[0].split("training stopped at step ")[1].split(":")[0])
+    step = int(err[0].split("training stopped at step ")[1].split(":")[0])  # checked every step
+    assert f"training stopped at step {step}: the training loss is" in err[0]
     assert all(s < step for s, _ in found) and not (run / "checkpoints" / "averaged.npz").exists()
     for _, path in found:
         assert all(np.isfinite(a).all() for a in load_checkpoint(path).model.state_dict().values())
@@ -200,6 +201,19 @@ def test_a_divergence_after_checkpoints_names_the_last_good_one_and_repeats_on_r
     again = capsys.readouterr().err.strip().splitlines()
     assert again == first
     assert list_checkpoints(run / "checkpoints") == kept
+
+
+def test_a_divergence_read_at_a_later_record_names_both_steps(tmp_path, capsys):
+    """Losses are read every log_every steps: the run stops at the record after the
+    divergence, naming the step it began and the step it stopped, no checkpoint between."""
+    run = tmp_path / "run"
+    argv = ["train", *TINY_RUN, "--run-dir", str(run), "--steps", "50", "--log-every", "10"]
+    assert cli_main([*argv, "--lr-factor", "1e9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "scratchformer train: error: training stopped at step 10: at step 2, the training loss"
+    ), err
+    assert not (run / "checkpoints").exists() or list_checkpoints(run / "checkpoints") == []
 
 
 def test_a_spike_that_recovers_stops_nothing_and_a_lasting_one_does():

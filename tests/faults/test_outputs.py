@@ -162,3 +162,15 @@ def test_average_refuses_an_output_of_another_kind(run, refused):
     refused(["average", *map(str, ckpts), "-o", str(notes)], "exists and is not a checkpoint")
     refused(["average", *map(str, ckpts), "-o", str(run.parent / "avg.txt")], "an .npz file")
     assert checksums(run.parent) == before
+
+
+def test_a_runs_checkpoints_folder_reached_another_way_is_still_the_runs(run, refused):
+    """The folder under another name (a link here; a bind mount is the same): what it
+    holds says it is a run's checkpoints, so its averaged.npz is the run's."""
+    ckpts = sorted((run / "checkpoints").glob("checkpoint_*.npz"))
+    alias = run.parent / "alias"
+    alias.symlink_to(run / "checkpoints", target_is_directory=True)
+    before = checksums(run.parent)
+    out = alias / "averaged.npz"
+    refused(["average", *map(str, ckpts), "-o", str(out)], "is the averaged model of the run")
+    assert checksums(run.parent) == before

@@ -184,7 +184,7 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
     before = good.read_bytes()
     tr.cfg.train.steps = 8
     tr.model.parameters()["decoder.layers.0.ffn.W_1"][0, 0] = np.nan
-    with pytest.raises(TrainingDiverged, match=r"step 5: the training loss is nan.*checkpoint_4"):
+    with pytest.raises(TrainingDiverged, match=r"step 5, the training loss is nan.*checkpoint_4"):
         tr.run(final_eval=False)
     assert [s for s, _ in list_checkpoints(good.parent)] == [4]  # nothing newer written
     assert good.read_bytes() == before
@@ -200,7 +200,7 @@ def test_inf_gradient_stops_training(tmp_path, monkeypatch):
     monkeypatch.setattr(
         "scratchformer.train.loop.clip_grad_norm", lambda g, m: B.asarray(float("inf"))
     )
-    with pytest.raises(TrainingDiverged, match="step 1: the gradient norm is inf.*no checkpoint"):
+    with pytest.raises(TrainingDiverged, match="step 1, the gradient norm is inf.*no checkpoint"):
         tr.run(final_eval=False)
 
 
