@@ -94,73 +94,41 @@ label_smoothed_nll = _table(
 )
 cross_entropy = _table("cross_entropy", _loss.cross_entropy_forward, _loss.cross_entropy_backward)
 
-# The in-place forms (xp only: NumPy and CuPy), the default on both backends. Callers of
-# these tables give up the input the form works in (the logits, the hidden layer).
+# The in-place forms (xp only: NumPy and CuPy), the default on both backends, bitwise equal
+# to the references. Callers of these tables give up the input the form works in (the
+# logits, the hidden layer).
 _INPLACE = "in place: the input's buffer is reused (the caller gives it up); bitwise equal"
-attention_core.register(
-    Implementation(
-        "inplace",
-        inplace.attention_core_forward,
-        inplace.attention_core_backward,
-        default=True,
-        exact=True,
-        note=_INPLACE,
+
+
+def _inplace(table: OpTable, forward, backward, note: str = _INPLACE, **more) -> None:
+    table.register(
+        Implementation("inplace", forward, backward, default=True, exact=True, note=note, **more)
     )
+
+
+_inplace(attention_core, inplace.attention_core_forward, inplace.attention_core_backward)
+_inplace(attention, inplace.attention_forward, inplace.attention_backward)
+_inplace(relu, inplace.relu_forward, inplace.relu_backward)
+_inplace(
+    cross_entropy,
+    inplace.cross_entropy_forward_inplace,
+    inplace.cross_entropy_backward_inplace,
+    note=_INPLACE + "; the cache serves one backward",
 )
-attention.register(
-    Implementation(
-        "inplace",
-        inplace.attention_forward,
-        inplace.attention_backward,
-        default=True,
-        exact=True,
-        note=_INPLACE,
-    )
+_inplace(
+    embedding,
+    _embedding.embedding_forward,
+    _embedding.embedding_backward,
+    note="backward_into: the gradient added into the parameter's, no (V, D) temporary",
+    backward_into=inplace.embedding_backward_into,
 )
-embedding.register(
-    Implementation(
-        "inplace",
-        _embedding.embedding_forward,
-        _embedding.embedding_backward,
-        default=True,
-        exact=True,
-        note="backward_into: the gradient added into the parameter's, no (V, D) temporary",
-        backward_into=inplace.embedding_backward_into,
-    )
-)
-blockwise_attention.register(
-    Implementation(
-        "inplace",
-        functools.partial(
-            _blockwise.blockwise_attention_forward, core=inplace.attention_core_forward
-        ),
-        functools.partial(
-            _blockwise.blockwise_attention_backward, core_backward=inplace.attention_core_backward
-        ),
-        default=True,
-        exact=True,
-        note="the in-place attention core on each block of queries; bitwise equal",
-    )
-)
-relu.register(
-    Implementation(
-        "inplace",
-        inplace.relu_forward,
-        inplace.relu_backward,
-        default=True,
-        exact=True,
-        note=_INPLACE,
-    )
-)
-cross_entropy.register(
-    Implementation(
-        "inplace",
-        inplace.cross_entropy_forward_inplace,
-        inplace.cross_entropy_backward_inplace,
-        default=True,
-        exact=True,
-        note=_INPLACE + "; the cache serves one backward",
-    )
+_inplace(
+    blockwise_attention,
+    functools.partial(_blockwise.blockwise_attention_forward, core=inplace.attention_core_forward),
+    functools.partial(
+        _blockwise.blockwise_attention_backward, core_backward=inplace.attention_core_backward
+    ),
+    note="the in-place attention core on each block of queries; bitwise equal",
 )
 
 
