@@ -8,7 +8,8 @@ its own module:
     cupy_device.py     CuPy (an NVIDIA GPU); the only files of the package beside
                        backend.py that import cupy are this one and the kernels' CuPy side
 
-and where one form serves both, it is written once with ``xp`` (segment.py, counter.py):
+and where one form serves both, it is written once with ``xp`` (segment.py, counter.py;
+NumPy compacts segment.py's runs, to the same bits):
 
     scatter_add(target, idx, values)  target[k] += sum of values[i] with idx[i] == k, in
                                       place: sorted runs, no atomics, the same bits
@@ -28,7 +29,6 @@ import copy
 
 from scratchformer import backend
 from scratchformer.device.counter import CounterGenerator
-from scratchformer.device.segment import scatter_add as _scatter_add
 
 
 def _impl():
@@ -47,14 +47,14 @@ def scatter_add(target, indices, values) -> None:
     (K, D), indices (N,) int in [0, K), values (N, D). The adjoint of a gather
     (``E[ids]``); a plain ``target[idx] += v`` keeps one of the repeated rows, the
     classic embedding-gradient bug (see scratchformer/device/segment.py)."""
-    _scatter_add(target, indices, values)
+    _impl().scatter_add(target, indices, values)
 
 
 def segment_sum(indices, values, K: int):
     """indices (N,) int in [0, K), values (N, D)  ->  (K, D): row k the sum of the rows of
     ``values`` whose index is k (zeros where none is); ``scatter_add`` into zeros."""
     out = backend.xp.zeros((K,) + tuple(values.shape[1:]), dtype=values.dtype)
-    _scatter_add(out, indices, values)
+    _impl().scatter_add(out, indices, values)
     return out
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from scratchformer.device.counter import CounterGenerator
+from scratchformer.device.segment import scatter_add
+
+__all__ = ["scatter_add", "rowdot", "generator"]
 
 
 def rowdot(a, b):

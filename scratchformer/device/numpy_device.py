@@ -5,6 +5,26 @@ from __future__ import annotations
 from scratchformer.backend import np
 
 
+def scatter_add(target, indices, values) -> None:
+    """segment.py's segment sum with its runs compacted, which only the host does cheaply
+    (their count depends on the data). A run of one row is added as it is; the longer
+    runs are summed by ``add.reduceat`` over the same slices as segment.py's form, so the
+    bits are the same. ``reduceat`` pays per slice: on an embedding's 32 x 32 batch,
+    where most ids occur once, adding those rows directly is about 3x faster."""
+    if indices.shape[0] == 0:
+        return
+    order = np.argsort(indices, kind="stable")
+    s = indices[order]  # (N,) sorted
+    edge = np.r_[True, s[1:] != s[:-1], True]  # (N + 1,) a run starts at i / ended before i
+    single = edge[:-1] & edge[1:]  # (N,) a run of one row
+    target[s[single]] += values[order[single]]
+    multi = ~single
+    if multi.any():
+        s, order = s[multi], order[multi]
+        starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])  # (R,) each longer run
+        target[s[starts]] += np.add.reduceat(values[order], starts, axis=0)
+
+
 def rowdot(a, b):
     """The ``vecdot`` ufunc: a SIMD dot per row, several times faster than
     ``(a * b).sum(-1)`` on short rows (NumPy >= 2.0; the plain form before)."""

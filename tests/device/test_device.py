@@ -54,6 +54,24 @@ def test_the_same_bits_every_run_and_a_float64_sum_within_rounding(dtype):
         assert err < tol, err
 
 
+@pytest.mark.parametrize("K", [30, 5000])  # mostly long runs / mostly single rows
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_host_form_gives_the_gpu_form_bits(dtype, K):
+    """NumPy compacts the runs (its sizes depend on the data, free on the host); the form
+    written for the GPU keeps every row. The same reduceat slices: the same bits."""
+    from scratchformer.device import numpy_device, segment
+
+    r = np.random.default_rng(1)
+    ids = r.integers(0, K, 500)
+    ids[100:250] = 0  # a long run, as a padded batch has
+    vals = (r.standard_normal((500, 9)) * np.exp(r.uniform(-4, 4, (500, 1)))).astype(dtype)
+    start = r.standard_normal((K, 9)).astype(dtype)
+    host, gpu_form = start.copy(), start.copy()
+    numpy_device.scatter_add(host, ids, vals)
+    segment.scatter_add(gpu_form, ids, vals)
+    assert np.array_equal(host, gpu_form)
+
+
 # -- the counter-based generator ---------------------------------------------------------------
 def test_mix_is_the_same_on_the_host_and_on_arrays():
     words = [0, 1, 2**63 + 5, 2**64 - 1, 0x9E3779B97F4A7C15]
