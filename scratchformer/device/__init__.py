@@ -15,6 +15,9 @@ NumPy compacts segment.py's runs, to the same bits):
                                       place: sorted runs, no atomics, the same bits
                                       on every run (segment_sum: into zeros)
     rowdot(a, b)                      sum(a * b, axis=-1) without the temporary
+    pass_block(n)                     entries per block of an elementwise pass over a long
+                                      flat buffer (Adam): cache-sized on the CPU, the
+                                      whole buffer on a GPU
     generator(seed)                   the generator of dropout masks: NumPy's PCG64 on
                                       NumPy, the counter-based generator on CuPy
     fork(rng)                         a copy of a generator that continues its stream
@@ -56,6 +59,13 @@ def segment_sum(indices, values, K: int):
     out = backend.xp.zeros((K,) + tuple(values.shape[1:]), dtype=values.dtype)
     _impl().scatter_add(out, indices, values)
     return out
+
+
+def pass_block(n: int) -> int:
+    """Entries per block when passes over a flat buffer of ``n`` entries go block by
+    block (Adam's update): a block that stays in the cache on the CPU, the whole buffer
+    on a GPU."""
+    return _impl().pass_block(n)
 
 
 def rowdot(a, b):
@@ -108,4 +118,5 @@ __all__ = [
     "rowdot",
     "scatter_add",
     "segment_sum",
+    "pass_block",
 ]

@@ -25,6 +25,18 @@ def scatter_add(target, indices, values) -> None:
         target[s[starts]] += np.add.reduceat(values[order], starts, axis=0)
 
 
+#: entries per block of a pass over flat buffers: the five float32 arrays of an Adam
+#: block (theta, g, m, v and a scratch) take 5 * 4 * PASS_BLOCK bytes = 640 KiB, inside a
+#: core's L2 cache
+PASS_BLOCK = 1 << 15
+
+
+def pass_block(n: int) -> int:
+    """Blocks that stay in the cache: each pass over a block reads what the previous
+    pass wrote while it is still there."""
+    return max(1, min(PASS_BLOCK, n))
+
+
 def rowdot(a, b):
     """The ``vecdot`` ufunc: a SIMD dot per row, several times faster than
     ``(a * b).sum(-1)`` on short rows (NumPy >= 2.0; the plain form before)."""

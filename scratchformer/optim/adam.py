@@ -17,8 +17,8 @@ independent of the gradient scale.
 All of it runs over flat buffers (``nn/flat.py``): the parameters, the gradients and
 each moment are one array, so a step is a few passes over four arrays, whatever the
 number of tensors. On the CPU the passes go through the arrays in blocks that stay in
-the cache (``BLOCK`` entries: every pass of a block reads what the previous one wrote
-while it is still there); on a GPU in one piece. A tied matrix is one parameter and has
+the cache (``device.pass_block``: every pass of a block reads what the previous one
+wrote while it is still there); on a GPU in one piece. A tied matrix is one parameter and has
 one slice of the moments. In checkpoints the moments are stored per parameter name.
 """
 
@@ -26,18 +26,13 @@ from __future__ import annotations
 
 import math
 
-from scratchformer import backend
+from scratchformer import backend, device
 from scratchformer.errors import ScratchformerError
 from scratchformer.nn.flat import FlatParameters
 
 
 class OptimizerStateError(ScratchformerError):
     """An optimizer state dict does not fit the parameters it is loaded into."""
-
-
-#: entries per block of a CPU step: the five arrays of a block of float32 (theta, g, m,
-#: v and a scratch) take 5 * 4 * BLOCK bytes = 640 KiB, inside a core's L2 cache
-BLOCK = 1 << 15
 
 
 class Adam:
@@ -67,10 +62,7 @@ class Adam:
         xp = backend.xp
         self.m = xp.zeros_like(flat.params)  # first moments
         self.v = xp.zeros_like(flat.params)  # second moments
-        # entries per block: the whole array on a GPU, BLOCK (or fewer) on the CPU
-        self._block = max(
-            1, flat.size if backend.backend_name() == "cupy" else min(BLOCK, flat.size)
-        )
+        self._block = device.pass_block(flat.size)  # entries per block of the passes
         self._tmp = xp.empty(self._block, dtype=flat.dtype)  # the one scratch array
 
     def step(self, lr: float) -> None:

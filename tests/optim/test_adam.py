@@ -125,3 +125,22 @@ def test_bad_hyperparameters():
         Adam(_params()[1], beta2=1.0)
     with pytest.raises(ValueError, match="eps"):
         Adam(_params()[1], eps=0.0)
+
+
+def test_the_step_is_the_same_in_blocks_of_any_size(backend, monkeypatch):
+    """The update goes block by block (``device.pass_block``: cache-sized on the CPU, the
+    whole buffer on a GPU): blocks of 2 entries, an uneven split of the 4, give the same
+    bits as one piece."""
+    from scratchformer import device
+
+    results = []
+    for block in (None, 2):
+        if block:
+            monkeypatch.setattr(device, "pass_block", lambda n: block)
+        params, flat = _params()
+        opt = Adam(flat, beta1=B1, beta2=B2, eps=EPS, weight_decay=0.1)
+        assert opt._block == (block or 4)
+        for g, lr in zip(GRADS, LRS):
+            _step(opt, g, lr)
+        results.append(B.asnumpy(flat.params).copy())
+    np.testing.assert_array_equal(results[0], results[1])
