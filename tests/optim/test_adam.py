@@ -136,7 +136,7 @@ def test_the_step_is_the_same_in_blocks_of_any_size(backend, monkeypatch):
     results = []
     for block in (None, 2):
         if block:
-            monkeypatch.setattr(device, "pass_block", lambda n: block)
+            monkeypatch.setattr(device, "pass_block", lambda n, b=block: b)
         params, flat = _params()
         opt = Adam(flat, beta1=B1, beta2=B2, eps=EPS, weight_decay=0.1)
         assert opt._block == (block or 4)
