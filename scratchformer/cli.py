@@ -11,7 +11,9 @@ import argparse
 import contextlib
 import difflib
 import importlib
+import os
 import re
+import select
 import signal
 import sys
 import threading
@@ -147,9 +149,30 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as e:
         return _interrupted(args, e)
     except Exception as e:
+        if isinstance(e, BrokenPipeError) and _reader_gone():
+            return 128 + signal.SIGPIPE
         if args.debug:
             raise
         return _end_every_rank(args, e)
+
+
+def _reader_gone() -> bool:
+    """Whether the reader of standard output has left (``scratchformer ... | head``):
+    then the command stops quietly, as Unix tools do, with the shell's code for SIGPIPE.
+    Standard output is pointed at /dev/null, so that Python's flush at exit does not
+    fail again. A broken pipe elsewhere (a child process, a socket) is an error."""
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        gone = any(ev & select.POLLERR for _, ev in poll.poll(0))  # a pipe with no reader
+    except (OSError, ValueError, AttributeError):  # no file behind stdout
+        return False
+    if gone:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    return gone
 
 
 #: the commands that run as several processes (data parallel); every other one refuses

@@ -134,3 +134,15 @@ def test_on_a_terminal_a_translation_never_shares_the_bar_s_line(tiny_checkpoint
     assert len(translated) == 1, text  # the translation, alone on its line
     assert "translating" not in translated[0], text
     assert shown[-2].startswith("translated 1 sentence in "), text
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly():
+    """``scratchformer gradcheck | head -1``: when the reader closes the pipe, the command
+    stops with the shell's SIGPIPE code (141) and writes no error."""
+    argv = [sys.executable, "-m", "scratchformer", "gradcheck", "--samples", "2"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = p.stdout.readline()
+    p.stdout.close()  # the reader leaves after one line
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 141, err
+    assert first.startswith("estimated time") and err == ""
