@@ -131,8 +131,15 @@ def _asnumpy(x):
 @contextlib.contextmanager
 def recording(monkeypatch):
     """NumPy as a counted device for the duration: arrays made through ``xp`` are
-    DeviceArrays, ``backend.asnumpy`` counts transfers. ``READS`` is emptied first."""
+    DeviceArrays, ``backend.asnumpy`` counts transfers, and the device primitives are the
+    GPU's (scratchformer/device/cupy_device.py, which imports no CuPy: segment sums with
+    no size read from the data, the counter-based generator), not the host's forms that
+    NumPy runs. ``READS`` is emptied first."""
+    from scratchformer import device
+    from scratchformer.device import cupy_device
+
     READS.clear()
     monkeypatch.setitem(backend._state, "module", _Module(np))
     monkeypatch.setattr(backend, "asnumpy", _asnumpy)
+    monkeypatch.setattr(device, "_impl", lambda: cupy_device)
     yield READS
