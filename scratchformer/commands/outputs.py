@@ -3,7 +3,9 @@ another kind, unless the user names it with ``--overwrite`` (an input, never).
 
 Files are compared by identity (device and inode, after resolving links), not by name:
 the same file reached another way (a link, a bind mount, ``/dev/stdin``) is still the
-same file. The files a run owns (its config.json, metrics.jsonl, lock, checkpoints and
+same file. Only a regular file can be destroyed by writing it: an output that is a
+terminal, a pipe or ``/dev/null`` is never compared (a terminal is standard input and
+output at once). The files a run owns (its config.json, metrics.jsonl, lock, checkpoints and
 averaged model: ``train.rundir.run_file``) are replaced only with ``--overwrite``. The
 kind of file is checked by its name and, for a file already there, by its first bytes:
 a checkpoint is an ``.npz`` (a zip), a text output is never one.
@@ -12,6 +14,7 @@ a checkpoint is an ``.npz`` (a zip), a text output is never one.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from scratchformer.errors import ScratchformerError
@@ -39,6 +42,15 @@ def identity(path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def _regular(path) -> bool:
+    """Whether ``path`` (or the open file descriptor ``path``) is a regular file."""
+    try:
+        st = os.fstat(path) if isinstance(path, int) else os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(st.st_mode)
+
+
 def _binary(path: Path) -> bool:
     """Whether an existing file is not text: a zip (a checkpoint) or one holding NUL."""
     try:
@@ -54,15 +66,21 @@ def check_output(output, inputs, *, flag: str, kind: str, overwrite: bool = Fals
     ``inputs`` (``[(what, path)]``: ``("--checkpoint", path)``; compared by identity), a
     directory, a file a run owns (unless ``overwrite``), a file whose name or content is
     of another kind than ``kind`` ("checkpoint": an .npz; "text"), or lies under a path
-    that is a file; ``output`` ``STDOUT``: standard output, when it is an input (the shell
-    emptied that file before the command started). Returns ``output`` as a Path."""
+    that is a file; ``output`` ``STDOUT``: standard output, when it is an input (with
+    ``>`` the shell emptied that file before the command started; with ``>>`` the output
+    would grow the file it reads). Returns ``output`` as a Path."""
     if output == STDOUT:
-        mine = identity(STDOUT)
+        mine = identity(STDOUT) if _regular(STDOUT) else None
         for what, path in inputs:
-            if path != STDIN and mine is not None and identity(path) == mine:
+            if mine is not None and identity(path) == mine:
+                why = (
+                    "the shell emptied it before this command started"
+                    if os.fstat(STDOUT).st_size == 0
+                    else "the output would be written into the file it reads"
+                )
+                which = "standard input" if path == STDIN else f"the {what} file {path}"
                 raise OutputError(
-                    f"standard output is the {what} file {path}: the shell emptied it before "
-                    "this command started; write the output to another file"
+                    f"standard output is {which}: {why}; write the output to another file"
                 )
         return None
     out = Path(output)
@@ -102,8 +120,8 @@ def check_output(output, inputs, *, flag: str, kind: str, overwrite: bool = Fals
 
 def check_not_an_input(output: Path, inputs, flag: str) -> None:
     """Refuse an ``output`` that is the same file as one of ``inputs`` (``[(what,
-    path)]``), by identity."""
-    mine = identity(output)
+    path)]``), by identity (a regular file: a terminal or ``/dev/null`` can be both)."""
+    mine = identity(output) if _regular(output) else None
     for what, path in inputs:
         if mine is not None and identity(path) == mine:
             same = "" if path == STDIN or Path(path) == output else f" ({path})"

@@ -76,10 +76,48 @@ def test_standard_output_redirected_to_the_input_is_refused(run):
         p = subprocess.run(argv, stdout=out, stderr=subprocess.PIPE, text=True)
     assert p.returncode == 2, p.stderr
     assert p.stderr.splitlines() == [
-        f"scratchformer translate: error: standard output is the --input file {src}: the shell "
-        "emptied it before this command started; write the output to another file"
+        f"scratchformer translate: error: standard output is the --input file {src}: the "
+        "output would be written into the file it reads; write the output to another file"
     ]
     assert checksums(run.parent) == before
+
+
+@pytest.mark.parametrize("mode", ["wb", "ab"], ids=["emptied", "appended"])
+def test_standard_output_redirected_to_standard_input_is_refused(run, mode):
+    """``translate < src.txt >> src.txt`` would read its own output as more input;
+    ``> src.txt`` leaves nothing to read (the shell emptied the file): each says which."""
+    src = run.parent / "src.txt"
+    argv = [sys.executable, "-m", "scratchformer", "translate", "--no-progress"]
+    argv += ["--checkpoint", str(run / "checkpoints" / "averaged.npz")]
+    before = checksums(run)
+    with open(src, "rb") as source, open(src, mode) as out:
+        p = subprocess.run(argv, stdin=source, stdout=out, stderr=subprocess.PIPE, text=True)
+    why = {
+        "wb": "the shell emptied it before this command started",
+        "ab": "the output would be written into the file it reads",
+    }[mode]
+    assert p.returncode == 2 and p.stderr.splitlines() == [
+        f"scratchformer translate: error: standard output is standard input: {why}; write the "
+        "output to another file"
+    ]
+    assert src.read_text(encoding="utf-8") == ("" if mode == "wb" else "abc\ncab\n")
+    assert checksums(run) == before
+
+
+def test_an_output_that_is_no_regular_file_is_never_taken_for_an_input(run):
+    """/dev/null (and a terminal) can be standard input and output, or --input and
+    --output, at once: writing it destroys nothing, so nothing is refused."""
+    ckpt = str(run / "checkpoints" / "averaged.npz")
+    argv = [sys.executable, "-m", "scratchformer", "translate", "--checkpoint", ckpt]
+    for extra, stdin, stdout in [
+        (["--input", os.devnull], subprocess.DEVNULL, subprocess.DEVNULL),
+        (["--output", os.devnull], subprocess.DEVNULL, subprocess.PIPE),
+        (["--input", os.devnull, "--output", os.devnull], None, subprocess.PIPE),
+    ]:
+        p = subprocess.run([*argv, *extra, "--no-progress"], stdin=stdin, stdout=stdout,
+                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+        assert p.returncode == 0, (extra, p.stderr)
+        assert "translated 0 sentences" in p.stderr
 
 
 @pytest.mark.parametrize("name", ["config.json", "metrics.jsonl", "checkpoints/checkpoint_60.npz"])
