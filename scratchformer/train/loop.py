@@ -162,6 +162,7 @@ class Trainer:
         self.tokens_seen_here = 0  # by this process
         self.aside_seconds = 0.0  # this process's validations and checkpoints
         self.last_checkpoint: Path | None = None
+        self.saved: list = []  # [(step, path)] of the checkpoints resumed or written
         self.window = Window()  # the sums of the next "train" record (saved for resume)
         self.losses: list = []  # [(step, loss)] of the steps checked (``_check_steps``)
         self.checked_step = 0  # the last step whose loss was read and checked
@@ -207,6 +208,7 @@ class Trainer:
         self.seconds_before = ts.get("seconds", 0.0)
         self.window = Window(ts.get("window"))
         self.last_checkpoint = path
+        self.saved = [(self.step, path)]
         check_ranks(ts, path, self.world)
         drop_later_checkpoints(self.ckpt_dir, self.step, overwrite)
         prune_checkpoints(self.ckpt_dir, self.cfg.train)
@@ -219,6 +221,7 @@ class Trainer:
         if w.size == 1:
             return
         keys = ("step", "epoch", "batch_index", "tokens_seen", "seconds_before", "last_checkpoint")
+        keys += ("saved",)
         mine = {k: getattr(self, k) for k in keys}
         state = w.broadcast({**mine, "t": self.optimizer.t, "window": self.window.state()})
         for k in keys:
@@ -262,6 +265,7 @@ class Trainer:
         self.world.check_equal(self.flat.params, "parameters")
         if not self.world.main:
             self.last_checkpoint = self.ckpt_dir / checkpoint_name(self.step)
+            self.saved.append((self.step, self.last_checkpoint))
             return self.last_checkpoint
         path = save_checkpoint(
             self.ckpt_dir / checkpoint_name(self.step),
@@ -272,6 +276,7 @@ class Trainer:
             train_state=self.train_state(),
         )
         self.last_checkpoint = path
+        self.saved.append((self.step, path))
         prune_checkpoints(self.ckpt_dir, self.cfg.train)
         return path
 
@@ -329,22 +334,41 @@ class Trainer:
                 self._diverged(f"the gradient norm is {norm}", s)
             exploded = self.divergence.check(s, loss)
             if exploded:
-                self._diverged(exploded, s, finite=True)
+                self._diverged(exploded, s, finite=True, first=self.divergence.first)
         self.checked_step = self.step
         return read
 
-    def _diverged(self, what: str, step: int | None = None, finite: bool = False):
+    def _diverged(
+        self, what: str, step: int | None = None, finite: bool = False, first: int | None = None
+    ):
         """Stop: ``what`` is not finite (or, ``finite``, has exploded: ``Divergence``) at
-        ``step``, or (None) at a step after the last check, which ran when a record was
-        logged or a checkpoint saved. Resuming would repeat the same steps exactly: the
-        advice is a lower learning rate."""
+        ``step`` (the loss above its bound since step ``first``, default ``step``), or
+        (None) at a step after the last check, which ran when a record was logged or a
+        checkpoint saved. Resuming would repeat the same steps exactly: the advice is a
+        lower learning rate.
+
+        The loss of step ``s`` is the model of step ``s - 1``'s: a checkpoint of a step
+        ``>= first - 1`` holds a model whose loss diverged, so the last good checkpoint is
+        the newest of a step ``<= first - 2`` (when ``step`` is None every loss read so
+        far was sound, and so is every checkpoint)."""
         again = (
             "lower the learning rate (--lr-factor, optim.lr) or lengthen the warmup (optim.warmup)"
         )
+        bound = math.inf if step is None else (step if first is None else first) - 2
+        kept = [(s, p) for s, p in self.saved if not self.world.main or p.is_file()]
+        good = [p for s, p in kept if s <= bound]
+        bad = [p.name for s, p in kept if s > bound]
+        diverged = ""
+        if bad:
+            its = "holds" if len(bad) == 1 else "hold"
+            diverged = f" ({', '.join(bad)} {its} the model that diverged)"
         last = (
-            f"the last good checkpoint is {self.last_checkpoint}, and resuming it repeats "
+            f"the last good checkpoint is {good[-1]}{diverged}, and resuming it repeats "
             f"these steps exactly: start again (--overwrite) and {again}"
-            if self.last_checkpoint
+            if good
+            else f"no checkpoint was written before the divergence{diverged}; start again "
+            f"(--overwrite) and {again}"
+            if bad
             else f"no checkpoint was written; start again (--overwrite) and {again}"
         )
         if step is None and self.step > self.checked_step + 1:

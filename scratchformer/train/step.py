@@ -187,10 +187,13 @@ class Divergence:
         self.limit = self.uniform + max(self.uniform, 10.0)
         self.recent: deque = deque(maxlen=self.RECENT)
         self.run = 0  # steps in a row above the second rule's bound
+        self.first = 0  # the step the divergence ``check`` reports began
 
     def check(self, step: int, loss: float) -> str:
-        """'' for a sound step; else why step ``step`` with ``loss`` diverged."""
+        """'' for a sound step; else why step ``step`` with ``loss`` diverged (since step
+        ``first``)."""
         if loss > self.limit:
+            self.first = step
             return (
                 f"the training loss is {loss:.4g}, above {self.limit:.3g} (guessing uniformly "
                 f"among {round(math.exp(self.uniform))} outputs scores {self.uniform:.3g})"
@@ -201,6 +204,7 @@ class Divergence:
             if loss > max(self.uniform, self.SPIKE * median):
                 self.run += 1
                 if self.run >= self.PERSIST:
+                    self.first = step - self.run + 1
                     why = (
                         f"the training loss is {loss:.4g} for {self.run} steps, worse than "
                         f"guessing uniformly ({self.uniform:.3g}) and {loss / median:.3g} "

@@ -177,6 +177,13 @@ def test_an_exploding_loss_stops_the_run_before_a_checkpoint_of_it(tmp_path, cap
     assert all(s < step for s, _ in found) and not (run / "checkpoints" / "averaged.npz").exists()
     for _, path in found:
         assert all(np.isfinite(a).all() for a in load_checkpoint(path).model.state_dict().values())
+    # the loss of step s is the model of step s - 1: that checkpoint is never called good
+    good = [p for s, p in found if s <= step - 2]
+    if good:
+        assert f"the last good checkpoint is {good[-1]} " in err[0]
+    else:
+        assert "no checkpoint was written before the divergence" in err[0]
+    assert f"(checkpoint_{step - 1}.npz holds the model that diverged)" in err[0]
     last = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][-1]
     assert last["kind"] == "error" and last["step"] == step
 
@@ -203,6 +210,27 @@ def test_a_divergence_after_checkpoints_names_the_last_good_one_and_repeats_on_r
     assert list_checkpoints(run / "checkpoints") == kept
 
 
+def test_a_checkpoint_of_the_model_whose_loss_diverged_is_never_called_good(tmp_path, capsys):
+    """The loss of step s is computed with the model of step s - 1. A checkpoint of step s
+    - 1 (saved while every loss read was sound) holds the model that diverged: the line
+    names the one before as the last good checkpoint, and names that one as diverged."""
+    run = tmp_path / "run"
+    argv = ["train", *TINY_RUN, "--run-dir", str(run), "--steps", "60", "--no-test"]
+    argv += ["--checkpoint-every", "1", "--log-every", "1", "--set", "optim.schedule=constant"]
+    argv += ["--set", "optim.lr=8", "--set", "optim.warmup=200"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "(diverged)" in err[0], err
+    step = int(err[0].split("training stopped at step ")[1].split(":")[0])
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    losses = {r["step"]: r["loss"] for r in records if r["kind"] == "train"}
+    assert losses[step - 1] < 12.6  # sound when checkpoint step - 1 was saved
+    kept = dict(list_checkpoints(run / "checkpoints"))
+    assert step - 1 in kept and step - 2 in kept
+    named = f"the last good checkpoint is {kept[step - 2]} (checkpoint_{step - 1}.npz holds"
+    assert named in err[0]
+
+
 def test_a_divergence_read_at_a_later_record_names_both_steps(tmp_path, capsys):
     """Losses are read every log_every steps: the run stops at the record after the
     divergence, naming the step it began and the step it stopped, no checkpoint between."""
@@ -225,6 +253,8 @@ def test_a_spike_that_recovers_stops_nothing_and_a_lasting_one_does():
     assert d.check(32, 1.1) == ""  # recovered: the count starts again
     assert d.check(33, 9.0) == d.check(34, 9.0) == ""
     assert "for 3 steps, worse than guessing uniformly" in d.check(35, 9.0)
+    assert d.first == 33  # the step it began: the model of step 32 is the last good one
+    assert "above 14.6" in d.check(36, 15.0) and d.first == 36
     assert "above 14.6" in Divergence(outputs=100).check(1, 15.0)  # at once, any history
     assert Divergence(outputs=100).check(1, 14.0) == ""  # a fresh model near log 100
 
