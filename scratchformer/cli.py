@@ -69,12 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="scratchformer",
         description="The Transformer of 'Attention Is All You Need', from scratch on NumPy.",
     )
-    parser.add_argument(
-        "--backend",
-        choices=["numpy", "cupy"],
-        default=None,
-        help="array backend (default: $SCRATCHFORMER_BACKEND or numpy)",
-    )
+    backend = {
+        "choices": ["numpy", "cupy"],
+        "help": "array backend (default: $SCRATCHFORMER_BACKEND or numpy)",
+    }
+    parser.add_argument("--backend", **backend, default=None)
     parser.add_argument("--version", action="version", version=f"scratchformer {__version__}")
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -88,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     for command in _leaves(sub):  # every command takes it, whether it shows progress or not
         if "--no-progress" not in command._option_string_actions:
             command.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+        # also after the command (train --backend cupy), as people write it
+        command.add_argument("--backend", **backend, default=argparse.SUPPRESS)
     _plain_help(parser)
     return parser
 

@@ -90,6 +90,15 @@ def test_a_backend_that_cannot_start_is_refused_in_one_line():
     assert _run(["--backend", "numpy", "--version"], "cupy").returncode == 0  # named: fine
 
 
+def test_the_backend_is_named_before_or_after_the_command():
+    parser = cli.build_parser()
+    for argv in (["--backend", "cupy", "train"], ["train", "--backend", "cupy"]):
+        assert parser.parse_args(argv).backend == "cupy"
+    assert parser.parse_args(["plot", "schedule", "--backend", "cupy"]).backend == "cupy"
+    assert parser.parse_args(["--backend", "numpy", "train", "--backend", "cupy"]).backend == "cupy"
+    assert parser.parse_args(["train"]).backend is None  # then $SCRATCHFORMER_BACKEND
+
+
 def test_an_unknown_backend_name_is_refused_in_one_line():
     r = _run(["gradcheck"], "tpu")
     assert r.returncode == 2
@@ -267,6 +276,7 @@ FLAG_VALUES = [
     # the command itself
     (["trian"], "invalid choice: 'trian'", "(did you mean train?)"),
     (["--backend", "tpu", "train"], "argument --backend: invalid choice: 'tpu'"),
+    (["train", "--backend", "tpu"], "argument --backend: invalid choice: 'tpu'"),
 ]
 
 
