@@ -98,6 +98,11 @@ def _quiet(*args) -> None:
     """The ``echo`` of ranks other than 0."""
 
 
+#: without a progress bar, the longest stretch of training steps left without a line: a
+#: ``  training: step/steps (elapsed)`` line is written after the step that reaches it
+TICK_SECONDS = 10.0
+
+
 def say(*args) -> None:
     """The default ``echo``: print at once, so that a log file follows the run."""
     print(*args, flush=True)
@@ -110,7 +115,8 @@ class Trainer:
     or "latest" for the newest in the run directory) continues a run exactly;
     ``overwrite`` lets a fresh run replace the files of an earlier one in its directory;
     ``progress``: a progress bar on stderr where stderr is a terminal (elsewhere, and
-    with ``progress=False``, a log line every ``log_every`` steps).
+    with ``progress=False``, a log line every ``log_every`` steps, and a line saying
+    how far training is wherever ``TICK_SECONDS`` would otherwise pass without one).
     """
 
     def __init__(
@@ -468,6 +474,7 @@ class Trainer:
         self.losses, self.checked_step = [], self.step
         self.tokens_seen_here, self.aside_seconds = 0, 0.0
         window = self.window
+        self.said = t_start  # when the last line was written (a log's heartbeat)
         bar = tqdm(
             total=t.steps,
             initial=self.step,
@@ -491,6 +498,9 @@ class Trainer:
                 last = s == t.steps or bool(stopped)
                 t_aside = time.perf_counter()
                 self._step_end(s, rec, last, bar, valid, t_start)
+                if not self.progress and time.perf_counter() - self.said >= TICK_SECONDS:
+                    since = clock(time.perf_counter() - t_start)
+                    self._line(bar, f"  training: {s}/{t.steps} ({since})")
                 window = self.window  # a new one after a record
                 if signum:  # the step's own records, then saved (interrupts.py)
                     self.interrupts.signum = signum
@@ -546,6 +556,7 @@ class Trainer:
 
     def _line(self, bar, line: str) -> None:
         """A line of the run's log: above the progress bar, or through ``echo``."""
+        self.said = time.perf_counter()
         if self.progress:
             bar.write(line)
         else:

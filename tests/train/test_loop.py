@@ -4,6 +4,7 @@ checks what holds for every task.)"""
 
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from scratchformer.train import (
     accumulate_gradients,
     train,
 )
+from scratchformer.train import loop as train_loop
 from scratchformer.train.tasks.seq2seq import pair_batch
 
 
@@ -205,6 +207,24 @@ def test_inf_gradient_stops_training(tmp_path, monkeypatch):
 
 
 # -- logs, outputs, final evaluation ------------------------------------------------------------
+def test_without_a_bar_no_stretch_of_steps_is_silent(tmp_path, monkeypatch):
+    """A log (or a rank 0 under mpiexec) gets a line whenever TICK_SECONDS would pass
+    without one: after steps 1, 2, 3 and 5 here; steps 4 and 6 write their own lines."""
+    monkeypatch.setattr(train_loop, "TICK_SECONDS", 0.05)
+    step = Trainer.train_step
+
+    def slow_step(self):
+        time.sleep(0.06)
+        return step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", slow_step)
+    cfg = small_config(tmp_path, steps=6, log_every=4, eval_every=4, checkpoint_every=4)
+    lines = []
+    Trainer(cfg, progress=False, echo=lines.append).run(final_eval=False)
+    ticks = [ln.split(" (")[0] for ln in lines if ln.startswith("  training: ")]
+    assert ticks == [f"  training: {s}/6" for s in (1, 2, 3, 5)], lines
+
+
 def test_run_writes_metrics_checkpoints_and_evaluates(tmp_path):
     lines = []
     res = train(small_config(tmp_path), progress=False, echo=lines.append)
