@@ -1,7 +1,7 @@
 """The floors of the package: imports only go down, and no floor imports itself in a circle.
 
-The package is built in floors, each using only the ones below it (the README's
-"Layout" section shows the same order):
+The package is built in floors, each using only the ones below it (docs/layout.md shows
+the same order):
 
     0  backend, errors, progress,     arrays, error types, progress display, host memory,
        memory, compat                 older names and files still read
@@ -137,7 +137,7 @@ def cycles(package: Path, floors=FLOORS) -> list[list[str]]:
 def test_every_part_of_the_package_has_a_floor():
     parts = {n.split(".")[1] for n in module_names(PACKAGE) if "." in n}
     unplaced = sorted(p for p in parts if not any(p in f for f in FLOORS))
-    assert not unplaced, f"give these a floor in FLOORS (and the README's layout): {unplaced}"
+    assert not unplaced, f"give these a floor in FLOORS (and docs/layout.md): {unplaced}"
 
 
 def test_imports_only_go_down():
@@ -150,10 +150,9 @@ def test_no_import_cycles():
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(c + c[:1]) for c in found)
 
 
-def test_readme_layout_lists_the_floors_in_order():
-    """The README's layout section numbers the parts of the package by the same floors."""
-    readme = (PACKAGE.parent / "README.md").read_text()
-    section = readme[readme.index("## Layout") :]
+def test_the_layout_page_lists_the_floors_in_order():
+    """docs/layout.md numbers the parts of the package by the same floors."""
+    section = (PACKAGE.parent / "docs" / "layout.md").read_text(encoding="utf-8")
     block = section[section.index("```") : section.index("```", section.index("```") + 3)]
     numbered = {}
     floor = None
