@@ -299,6 +299,21 @@ def allocations(monkeypatch):
     return made
 
 
+def test_the_allocation_count_sees_every_parameter_of_a_model_built(
+    tiny_checkpoint, refused, allocations
+):
+    """The count the refusals below rely on is not blind: a checkpoint of the right size
+    that is loaded, and a gradient check of a model that fits, allocate parameters."""
+    ck, _ = load_with_tokenizer(tiny_checkpoint)
+    assert len(allocations) >= len(ck.model.parameters()) > 0
+    del allocations[:]
+    argv = ["gradcheck", "--preset", "tiny", "--directions", "1", "--layers", "200000"]
+    refused(argv, "lower --layers")
+    assert allocations == []
+    assert main(["gradcheck", "--preset", "tiny", "--directions", "1", "--no-progress"]) == 0
+    assert allocations
+
+
 def test_a_gradient_check_of_a_huge_model_is_refused_before_any_parameter(refused, allocations):
     argv = ["gradcheck", "--preset", "base", "--directions", "1", "--layers", "100000"]
     line = refused(argv, "a gradient check of a Transformer of 735 G parameters (N 100000 + ")
