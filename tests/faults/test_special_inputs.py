@@ -304,3 +304,46 @@ def test_an_unknown_plotting_backend_is_one_line(tmp_path):
     assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
     assert "MPLBACKEND=nonsense is not a backend matplotlib knows" in p.stderr
     assert not (tmp_path / "s.png").exists()
+
+
+# -- start-up: Ctrl-C while the program loads ---------------------------------------------
+#: the ``scratchformer`` program as its installed script starts it, with Ctrl-C arriving
+#: while the module named in argv[1] is being imported
+_CTRL_C_WHILE_LOADING = """
+import sys
+
+LOADING = sys.argv.pop(1)
+
+
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == LOADING:
+            raise KeyboardInterrupt
+        return None
+
+
+sys.meta_path.insert(0, CtrlC())
+from scratchformer.__main__ import main
+
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize(
+    "module", ["numpy", "scratchformer.commands.train", "scratchformer.commands.kernels"]
+)
+def test_ctrl_c_while_the_program_loads_is_one_line(tmp_path, module):
+    """NumPy and the commands load in a few tenths of a second, before a command's own
+    handling of Ctrl-C begins: Ctrl-C then is one line and the shell's code, 130. The
+    program's script imports the package and its ``__main__``, which load nothing more."""
+    argv = [sys.executable, "-c", _CTRL_C_WHILE_LOADING, module, "train", "--steps", "1"]
+    p = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 130 and p.stderr.splitlines() == ["scratchformer: stopped by Ctrl-C"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_package_and_its_program_load_nothing_before_the_command_line():
+    code = "import sys, scratchformer.__main__; print(sorted(sys.modules))"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    loaded = {m for m in eval(p.stdout) if m.split(".")[0] in ("scratchformer", "numpy")}
+    assert loaded == {"scratchformer", "scratchformer.__main__"}
