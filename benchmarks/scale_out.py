@@ -114,7 +114,7 @@ def print_rows(rows: list[dict], speed: list[dict], ranks: int) -> None:
         )
         print(
             f"  {'':<3} {'':<40} {'ms':>7} {'min':>7} {'max':>7} {'(cpu)':>7} {'tok/s':>7} "
-            f"{'(a)/row':>7} {'best':>6}"
+            f"{'%ceil':>5} {'(a)/row':>7} {'best':>6}"
         )
         a = r.get("ours")
         for tag, what, t, skipped in entries:
@@ -133,15 +133,16 @@ def print_rows(rows: list[dict], speed: list[dict], ranks: int) -> None:
             print(
                 f"  {tag:<3} {what:<40} {t['median_ms']:>7.0f} {t['best_ms']:>7.0f} "
                 f"{t['max_ms']:>7.0f} {t['cpu_ms']:>7.0f} "
-                f"{t['tokens_per_s']:>7.0f} {ratio:>7} {best:>6}"
+                f"{t['tokens_per_s']:>7.0f} {t['of_ceiling']:>5.0%} {ratio:>7} {best:>6}"
             )
     print(
         "  ms: median step; min, max: the fastest and slowest (of (a) and (d): the slowest\n"
         "  rank's time of each step); (cpu): median CPU time of a step, all threads of all\n"
         "  ranks (MPI polls while it waits); (a)/row: (a)'s tokens/s over the row's\n"
-        "  (medians); best: the same from each side's fastest step. (a) and (d) ran\n"
-        "  interleaved in the same processes; (b) and (c) are the single-process rows above\n"
-        "  (another launch, not interleaved with (a) and (d))"
+        "  (medians); best: the same from each side's fastest step; %ceil: the step's\n"
+        "  matrix-product GFLOP/s over the GEMM ceiling at this many cores. (a) and (d) ran\n"
+        "  interleaved in the same processes, (b) and (c) in one process; the launches\n"
+        "  alternate round by round, so load on the machine falls on all four alike"
     )
 
 
@@ -162,7 +163,7 @@ def _ddp_missing(want_torch: bool) -> str | None:
     return None
 
 
-def _stats(times, cpu, tokens):
+def stats(times, cpu, tokens):
     med = statistics.median(times)
     return dict(
         median_ms=med * 1e3,
@@ -282,11 +283,10 @@ def child(args, config, global_batch, build_ours, torch_module):
                 steps[k]()
                 times[k].append(time.perf_counter() - t0)
                 cpu[k].append(time.process_time() - c0)
-        tokens = args.batch * args.length
         for k in steps:
             ts = reduce_(np.array(times[k], dtype=np.float64), "max")
             cs = reduce_(np.array(cpu[k], dtype=np.float64), "sum")
-            info[k] = _stats(list(ts), list(cs), tokens)
+            info[k] = dict(times=list(ts), cpu=list(cs))  # raw: the parent pools the rounds
         # sanity, untimed: the ranks still hold one model (the gradients were summed)
         if w is not None:
             w.check_equal(model.flatten().params, "parameters")

@@ -19,9 +19,19 @@ label smoothing 0.1. Configurations (vocabulary ``--vocab``, 8000 by default):
 Threads: the harness re-launches itself once per thread count with OMP_NUM_THREADS,
 OPENBLAS_NUM_THREADS and MKL_NUM_THREADS set before NumPy or torch is imported (and
 ``torch.set_num_threads``), so both frameworks get the same number of cores. Within a
-run, our steps and torch's alternate (which goes first alternates too), so noise from
+launch, our steps and torch's alternate (which goes first alternates too), so noise from
 other processes hits both; we report the median (and best) step and the ratio of our
 target tokens/s to torch's.
+
+Rounds (``--rounds``, 3 by default): every launch (each thread count's single-process
+run, then the scale-out run) is made once per round, in turn, and a row's steps are
+pooled over the rounds (``--repeats`` steps per row in all). The rows of a ratio are
+then never taken in separate stretches of time, so load on the machine cannot fake it.
+
+The ceiling: each launch measures the machine's float32 GEMM rate at its thread count
+(1024 x 1024 products, before and after its steps); every row reports its step's matrix
+products (``step_flops``: 3x the forward's; 47.3 GFLOP for d256) per second as a
+fraction of the median ceiling at its core count (%ceil).
 
 Peak memory of a step: in a fresh process per framework, two warm-up steps (torch
 allocates its Adam moments lazily), ``malloc_trim``, reset the peak RSS
@@ -56,13 +66,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
+
+import scale_out  # beside this file (benchmarks/ is the script's folder on sys.path)
 
 CONFIGS = {
     "d256": dict(preset="small"),
@@ -79,6 +93,39 @@ def _torch_available() -> bool:
         return importlib.util.find_spec("torch") is not None
     except Exception:
         return False
+
+
+def step_flops(cfg, batch: int, length: int) -> float:
+    """Floating-point operations of one training step's matrix products: 3x the forward's
+    (the backward of ``Y = X W`` is two products of the same size, ``dX = dY W^T`` and
+    ``dW = X^T dY``). Forward, n = batch * length tokens per side, d = d_model:
+    encoder layer 8 n d^2 (Q, K, V, output) + 4 n length d (``Q K^T`` and ``A V``) +
+    4 n d d_ff (the FFN); decoder layer the same plus cross-attention's 8 n d^2 +
+    4 n length d; the output projection 2 n d V. Elementwise work (softmax, layer norm,
+    Adam) is left out: it is not what a GEMM ceiling measures."""
+    n, d, L = batch * length, cfg.d_model, length
+    attn = 8 * n * d * d + 4 * n * L * d
+    ffn = 4 * n * d * cfg.d_ff
+    forward = cfg.N * (attn + ffn) + cfg.N * (2 * attn + ffn) + 2 * n * d * cfg.vocab_size
+    return 3.0 * forward
+
+
+def gemm_gflops(size: int = 1024, repeats: int = 5) -> float:
+    """The machine's float32 GEMM rate at the thread count set for this process: the
+    median of ``repeats`` products of two (size, size) matrices, after two warm-ups, in
+    GFLOP/s (2 size^3 operations each). The ceiling a training step's products can reach."""
+    import numpy
+
+    r = numpy.random.default_rng(0)
+    a, b = (r.standard_normal((size, size)).astype(numpy.float32) for _ in "ab")
+    out = numpy.empty_like(a)
+    times = []
+    for i in range(repeats + 2):
+        t0 = time.perf_counter()
+        numpy.matmul(a, b, out=out)
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return 2 * size**3 / statistics.median(times) / 1e9
 
 
 # -- child side -----------------------------------------------------------------------------
@@ -149,6 +196,7 @@ def _torch_step(cfg, batch, threads):
 
 def _child_speed(args):
     out = []
+    ceiling = [gemm_gflops()]  # before and after the configs' steps: the machine's state
     for name in args.configs:
         cfg, model, ours, batch = _setup(name, args)
         steps = {"ours": ours}
@@ -167,19 +215,19 @@ def _child_speed(args):
                 steps[k]()
                 times[k].append(time.perf_counter() - t0)
                 cpu[k].append(time.process_time() - c0)
-        tokens = args.batch * args.length
-        for k, ts in times.items():
-            info[k] = dict(
-                median_ms=statistics.median(ts) * 1e3,
-                best_ms=min(ts) * 1e3,
-                max_ms=max(ts) * 1e3,
-                cpu_ms=statistics.median(cpu[k]) * 1e3,  # all threads' CPU time
-                tokens_per_s=tokens / statistics.median(ts),
-                best_tokens_per_s=tokens / min(ts),
-            )
+        info["flops"] = step_flops(cfg, args.batch, args.length)
+        for k in steps:  # raw: the parent pools the rounds (cpu: all threads' CPU time)
+            info[k] = dict(times=times[k], cpu=cpu[k])
         out.append(info)
+    ceiling.append(gemm_gflops())
+    for info in out:
+        info["ceiling"] = ceiling
         print(json.dumps(info), flush=True)
     return out
+
+
+def _child_ceiling(args):
+    print(json.dumps(dict(threads=args.threads[0], ceiling=[gemm_gflops()])), flush=True)
 
 
 def _rss_kib(field):
@@ -226,14 +274,13 @@ def _child_memory(args):
 
 
 def _child_scale_out(args):
-    import scale_out
-
     return scale_out.child(args, _config, _batch, _ours, _torch_reference)
 
 
 # -- parent side ----------------------------------------------------------------------------
-def _child(args, threads):
-    """The child's command line and environment (thread counts set before any import)."""
+def _child(args, threads, repeats=None):
+    """The child's command line and environment (thread counts set before any import);
+    ``repeats`` timed steps per framework (default ``--repeats``)."""
     env = dict(os.environ)
     for v in _THREAD_VARS:
         env[v] = str(threads)
@@ -241,7 +288,7 @@ def _child(args, threads):
         env["OPENBLAS_CORETYPE"] = args.blas_coretype
     cmd = [sys.executable, __file__, "--child", "--threads", str(threads), "--configs"]
     cmd += args.configs + ["--batch", str(args.batch), "--length", str(args.length)]
-    cmd += ["--vocab", str(args.vocab), "--repeats", str(args.repeats)]
+    cmd += ["--vocab", str(args.vocab), "--repeats", str(repeats or args.repeats)]
     if args.attention_block:
         cmd += ["--attention-block", str(args.attention_block)]
     if not args.torch:
@@ -249,8 +296,8 @@ def _child(args, threads):
     return cmd, env
 
 
-def _launch(args, threads, extra):
-    cmd, env = _child(args, threads)
+def _launch(args, threads, extra, repeats=None):
+    cmd, env = _child(args, threads, repeats)
     res = subprocess.run(cmd + extra, env=env, capture_output=True, text=True)
     if res.returncode:
         sys.stderr.write(res.stderr)
@@ -278,7 +325,16 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--length", type=int, default=32, help="source and target length")
     p.add_argument("--vocab", type=int, default=8000)
-    p.add_argument("--repeats", type=int, default=7, help="timed steps per framework")
+    p.add_argument(
+        "--repeats", type=int, default=9, help="timed steps per row, over all the rounds"
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="launch every row this many times in turn (single-process and scale-out "
+        "alternating), pooling their steps",
+    )
     p.add_argument("--attention-block", type=int, default=None, help="memory-efficient attn")
     p.add_argument(
         "--blas-coretype",
@@ -299,6 +355,7 @@ def main(argv=None):
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--memory", choices=["ours", "torch"], help=argparse.SUPPRESS)
     p.add_argument("--scale-out-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--ceiling", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--world-size", type=int, default=1, help=argparse.SUPPRESS)
@@ -307,6 +364,8 @@ def main(argv=None):
     if args.child:
         if args.scale_out_child:
             return _child_scale_out(args)
+        if args.ceiling:
+            return _child_ceiling(args)
         return _child_memory(args) if args.memory else _child_speed(args)
     if args.torch and not _torch_available():
         print("torch is not installed: printing only scratchformer's figures")
@@ -322,20 +381,23 @@ def main(argv=None):
     print(f"OPENBLAS_CORETYPE={core or '(unset: OpenBLAS detects the CPU)'}")
     print(
         f"batch {args.batch} x {args.length} tokens, vocabulary {args.vocab}, float32, "
-        f"dropout 0.1, label smoothing 0.1, Adam; median of {args.repeats} interleaved steps"
+        f"dropout 0.1, label smoothing 0.1, Adam; ours and torch's steps interleaved, "
+        f"{math.ceil(args.repeats / args.rounds)} each per launch, {args.rounds} rounds"
     )
-    speed = []
-    for n in args.threads:
-        speed += _launch(args, n, [])
+    speed, scale, ceiling = _rounds(args)
+    _print_ceiling(ceiling, speed)
     hdr = f"{'config':<6} {'thr':>3} {'params':>7} {'ours ms':>8} {'(cpu)':>6} {'ours tok/s':>10}"
+    hdr += f" {'%ceil':>5}"
     if args.torch:
-        hdr += f" {'torch ms':>8} {'(cpu)':>6} {'torch tok/s':>11} {'ratio':>6} {'best':>6}"
+        hdr += f" {'torch ms':>8} {'(cpu)':>6} {'torch tok/s':>11} {'%ceil':>5}"
+        hdr += f" {'ratio':>6} {'best':>6}"
     print(hdr)
     for r in speed:
         o = r["ours"]
         line = (
             f"{r['config']:<6} {r['threads']:>3} {r['params'] / 1e6:>6.1f}M "
             f"{o['median_ms']:>8.0f} {o['cpu_ms']:>6.0f} {o['tokens_per_s']:>10.0f}"
+            f" {o['of_ceiling']:>5.0%}"
         )
         if args.torch:
             t = r["torch"]
@@ -343,16 +405,21 @@ def main(argv=None):
             best = o["best_tokens_per_s"] / t["best_tokens_per_s"]
             line += (
                 f" {t['median_ms']:>8.0f} {t['cpu_ms']:>6.0f} {t['tokens_per_s']:>11.0f}"
-                f" {ratio:>5.2f}x {best:>5.2f}x"
+                f" {t['of_ceiling']:>5.0%} {ratio:>5.2f}x {best:>5.2f}x"
             )
         print(line)
-    print("ms: median wall-clock step; (cpu): median CPU time of the step, all threads")
+    print(
+        f"ms: median wall-clock step of {args.rounds} rounds; (cpu): median CPU time of the "
+        "step, all threads;\n%ceil: the step's matrix-product GFLOP/s over the GEMM ceiling "
+        "at its core count"
+    )
     if args.torch:
         print(
             f"torch {speed[0].get('torch_version')}; ratio = our tokens/s / torch's "
             "(medians); best = the same from each side's fastest step"
         )
-    scale = _scale_out(args, speed)
+    if scale:
+        scale_out.print_rows([r for r in scale if "config" in r], speed, args.ranks)
     memory = []
     if args.memory_runs:
         saved = args.configs
@@ -375,42 +442,107 @@ def main(argv=None):
                 f"{'' if tm is None else f'{tm:.0f}':>11}"
             )
     if args.json:
-        result = dict(speed=speed, scale_out=scale, memory=memory)
+        result = dict(speed=speed, scale_out=scale, memory=memory, ceiling_gflops=ceiling)
         Path(args.json).write_text(json.dumps(result, indent=1))
     if any("error" in r for r in scale):
         raise SystemExit("the scale-out run failed (above)")
 
 
-def _scale_out(args, speed) -> list[dict]:
-    """Run and print the scale-out rows; returns them (with the reasons of what was
-    skipped, or the error of a failed run, for the JSON)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import scale_out
-
+def _scale_out_plan(args) -> tuple[bool, str | None]:
+    """Whether the scale-out rows run, and why ours cannot run over MPI (or None)."""
     n = args.ranks
     on = args.scale_out if args.scale_out is not None else n in args.threads
     if not on:
-        return []
+        return False, None
     if not 2 <= n <= args.batch:
         print(f"scale-out rows: skipped: --ranks {n} must be 2 to --batch ({args.batch})")
-        return [dict(skipped=f"--ranks {n}")]
-    mpi_missing = scale_out.mpi_missing()
-    if mpi_missing:
-        print(f"scale-out (a), ours over MPI: skipped: {mpi_missing}")
-    if mpi_missing and not args.torch:
+        return False, None
+    missing = scale_out.mpi_missing()
+    if missing:
+        print(f"scale-out (a), ours over MPI: skipped: {missing}")
+    if missing and not args.torch:
         print("scale-out (d), torch DDP: skipped: --no-torch or torch not installed")
-        return [dict(skipped=f"{mpi_missing}; no torch")]
-    cmd, env = _child(args, 1)
+        return False, missing
+    return True, missing
+
+
+def _scale_out_round(args, repeats: int, mpi_missing):
+    """One scale-out launch: (a) and (d) interleaved in ``--ranks`` processes. Returns
+    rank 0's rows; raises SystemExit (with the child's error) if it failed."""
+    cmd, env = _child(args, 1, repeats)
     cmd += ["--scale-out-child", "--port", str(scale_out.free_port())]
     if mpi_missing:
         cmd += ["--ours-skipped", mpi_missing]
-    rows, error = scale_out.launch(cmd, env, n, use_mpi=mpi_missing is None)
+    rows, error = scale_out.launch(cmd, env, args.ranks, use_mpi=mpi_missing is None)
     if error:
-        print(f"scale-out run failed: {error}", file=sys.stderr)
-        rows.append(dict(error=error))
-    if any("config" in r for r in rows):
-        scale_out.print_rows([r for r in rows if "config" in r], speed, n)
+        raise SystemExit(f"the scale-out run failed: {error}")
     return rows
+
+
+def _pooled(infos: list[dict], keys, tokens: int, flops: float, ceiling: float) -> dict:
+    """The rounds' infos of one row merged: each framework's step times pooled, then
+    median, best, slowest, CPU, tokens/s and the fraction of the GEMM ceiling."""
+    out = {k: v for k, v in infos[0].items() if k not in keys}
+    for k in keys:
+        if k not in infos[0]:
+            continue
+        times = [t for info in infos for t in info[k]["times"]]
+        cpu = [c for info in infos for c in info[k]["cpu"]]
+        st = scale_out.stats(times, cpu, tokens)
+        st["of_ceiling"] = flops / (st["median_ms"] / 1e3) / (ceiling * 1e9)
+        out[k] = st | dict(times_ms=[t * 1e3 for t in times])
+    return out
+
+
+def _rounds(args):
+    """``--rounds`` rounds, each: every thread count's single-process child, then the
+    scale-out launch, so that load on the machine falls on every row alike (the rows
+    of a ratio are never taken in separate stretches of time). ``--repeats`` timed
+    steps per row in all, shared out over the rounds. Returns (single-process rows,
+    scale-out rows, {threads: [GEMM GFLOP/s measured]})."""
+    per_round = max(1, math.ceil(args.repeats / args.rounds))
+    scale_on, mpi_missing = _scale_out_plan(args)
+    raw, raw_scale = defaultdict(list), defaultdict(list)
+    ceiling = defaultdict(list)
+    for _ in range(args.rounds):
+        for n in args.threads:
+            infos = _launch(args, n, [], per_round)
+            ceiling[n] += infos[0]["ceiling"]
+            for info in infos:
+                raw[(info["config"], n)].append(info)
+        if scale_on:
+            if args.ranks not in args.threads:
+                ceiling[args.ranks] += _launch(args, args.ranks, ["--ceiling"])[0]["ceiling"]
+            for row in _scale_out_round(args, per_round, mpi_missing):
+                raw_scale[row["config"]].append(row)
+    top = {n: statistics.median(c) for n, c in ceiling.items()}
+    tokens = args.batch * args.length
+    speed = [
+        _pooled(infos, ("ours", "torch"), tokens, infos[0]["flops"], top[n])
+        for (_, n), infos in raw.items()
+    ]
+    flops = {r["config"]: r["flops"] for r in speed}
+    scale = [
+        _pooled(infos, ("ours", "ddp"), tokens, flops[c], top[args.ranks])
+        for c, infos in raw_scale.items()
+    ]
+    for r in scale:
+        r["ceiling_gflops"] = top[args.ranks]
+    return speed, scale, ceiling
+
+
+def _print_ceiling(ceiling, speed) -> None:
+    parts = [
+        f"{n} core{'s' if n > 1 else ''} {statistics.median(c):.0f} GFLOP/s "
+        f"({min(c):.0f}-{max(c):.0f})"
+        for n, c in sorted(ceiling.items())
+    ]
+    print(
+        "GEMM ceiling (float32 1024x1024 products, median of 5, measured before and after "
+        f"each launch): {', '.join(parts)}"
+    )
+    flops = {r["config"]: r["flops"] / 1e9 for r in speed}
+    print("matrix products per step: " + ", ".join(f"{c} {f:.1f} GFLOP" for c, f in flops.items()))
 
 
 if __name__ == "__main__":
