@@ -8,12 +8,12 @@ train the Transformer with them.
     scratchformer exercise solution layernorm   the engine's code and its derivation
     scratchformer exercise train                the default run, with your backward passes
 
-The exercises, in teaching order (``EXERCISES``): the ops (ops_basic.py,
+The exercises, in teaching order (``EXERCISES``): the ops (ops_basic.py, ops_norm_loss.py,
 ops_attention.py: op.py says how a learner's backward enters the kernel seam), the
-layers (layers.py: layer.py says how a learner's backward becomes a module's method),
-and Adam's update (adam.py). ``grade`` (grade.py) checks a learner's code; ``files``
-writes and reads the learner's folder, where all progress lives: a file per exercise
-started, re-checked whenever progress is asked for, and the hints shown so far.
+layers (layers.py, encoder_decoder.py: layer.py says how a learner's backward becomes a
+module's method), and Adam's update (adam.py). ``grade`` (grade.py) checks a learner's
+code; ``files`` writes and reads the learner's folder, where all progress lives: a file
+per exercise started, re-checked whenever progress is asked for, and the hints shown so far.
 """
 
 from __future__ import annotations
@@ -22,24 +22,11 @@ import difflib
 
 from scratchformer.errors import ScratchformerError
 from scratchformer.exercises.adam import ADAM
-from scratchformer.exercises.layers import (
-    ADD_NORM,
-    DECODER_LAYER,
-    ENCODER_LAYER,
-    FFN,
-    MULTI_HEAD_ATTENTION,
-)
+from scratchformer.exercises.encoder_decoder import DECODER_LAYER, ENCODER_LAYER
+from scratchformer.exercises.layers import ADD_NORM, FFN, MULTI_HEAD_ATTENTION
 from scratchformer.exercises.ops_attention import ATTENTION, SHAW, SKEW
-from scratchformer.exercises.ops_basic import (
-    CROSS_ENTROPY,
-    DROPOUT,
-    EMBEDDING,
-    GELU,
-    LAYERNORM,
-    LINEAR,
-    RELU,
-    SOFTMAX,
-)
+from scratchformer.exercises.ops_basic import EMBEDDING, GELU, LINEAR, RELU, SOFTMAX
+from scratchformer.exercises.ops_norm_loss import CROSS_ENTROPY, DROPOUT, LAYERNORM
 from scratchformer.exercises.spec import Exercise, LearnerError, Mistake
 
 #: every exercise, in teaching order: a single op first, whole layers and Adam last

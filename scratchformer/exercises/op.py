@@ -241,9 +241,30 @@ def plugged(table_name: str, backward: Callable):
         table.unregister(LEARNER)
 
 
+#: the import line of an exercise whose code uses ``xp``
+XP_IMPORT = "from scratchformer.backend import xp"
+
+
+def with_cases(kernel_cases, *extra):
+    """The kernel seam's cases of an op, then ``extra(r, dtype) -> [Case]``."""
+
+    def cases(r, dtype):
+        found = list(kernel_cases(r, dtype))
+        for more in extra:
+            found += more(r, dtype)
+        return found
+
+    return cases
+
+
+def randn(r, shape, dtype):
+    """A standard normal array of the active backend, drawn from the host generator r."""
+    return backend.asarray(r.standard_normal(shape), dtype=dtype)
+
+
 def mistake(name: str, says: str, hint: str, fn: Callable, backward: Callable) -> Mistake:
     """A mistake of an op exercise: ``fn`` in place of ``backward``."""
     return Mistake(name, says, hint, {backward.__name__: fn})
 
 
-__all__ = ["LEARNER", "OpExercise", "mistake", "plugged"]
+__all__ = ["LEARNER", "XP_IMPORT", "OpExercise", "mistake", "plugged", "randn", "with_cases"]

@@ -1,5 +1,5 @@
-"""The op exercises before attention: linear, ReLU, GELU, embedding, softmax with a mask,
-layer norm, dropout, and the label-smoothed cross-entropy over log-softmax.
+"""The first op exercises: linear, ReLU, GELU, embedding and softmax with a mask (layer
+norm, dropout and the loss follow in ops_norm_loss.py).
 
 Each mistake is a wrong backward that a learner writes often, built from the engine's
 own pieces with the one thing wrong; its hint says where to look, not what to write.
@@ -9,33 +9,11 @@ from __future__ import annotations
 
 import math
 
-from scratchformer import backend
 from scratchformer.backend import xp
-from scratchformer.exercises.op import OpExercise, mistake
-from scratchformer.kernels.cases import CASES, Case
-from scratchformer.ops import activations, dropout, embedding, layernorm, linear, loss, softmax
-
-_XP = "from scratchformer.backend import xp"
-
-
-def _with(kernel_cases, *extra):
-    """The kernel seam's cases of an op, then ``extra(r, dtype) -> [Case]``."""
-
-    def cases(r, dtype):
-        found = list(kernel_cases(r, dtype))
-        for more in extra:
-            found += more(r, dtype)
-        return found
-
-    return cases
-
-
-def _randn(r, shape, dtype):
-    return backend.asarray(r.standard_normal(shape), dtype=dtype)
-
-
-def _always(where: str):
-    return lambda model: where
+from scratchformer.exercises.op import XP_IMPORT, OpExercise, mistake
+from scratchformer.exercises.spec import always
+from scratchformer.kernels.cases import CASES
+from scratchformer.ops import activations, embedding, linear, softmax
 
 
 # -- linear ------------------------------------------------------------------------------
@@ -78,7 +56,7 @@ cache (a LinearCache), what the forward kept:
 Return ``(dx, dW, db)``: dx (..., D_in) like x, dW (D_in, D_out) like W, db (D_out,)
 like b, or None when ``cache.has_bias`` is False. ``...`` is any number of leading axes
 (here (B, T)): W and b are used at every one of those positions.""",
-    imports=f"{_XP}\nfrom scratchformer.ops.linear import LinearCache",
+    imports=f"{XP_IMPORT}\nfrom scratchformer.ops.linear import LinearCache",
     cases=CASES["linear"],
     gradients=("dx", "dW", "db"),
     hints=(
@@ -116,7 +94,7 @@ like b, or None when ``cache.has_bias`` is False. ``...`` is any number of leadi
             linear.linear_backward,
         ),
     ),
-    uses=_always("every projection: attention's W_q W_k W_v W_o, the FFN, the output layer"),
+    uses=always("every projection: attention's W_q W_k W_v W_o, the FFN, the output layer"),
 )
 
 
@@ -175,7 +153,7 @@ RELU = OpExercise(
         cache="a ReLUCache",
         fields="    cache.positive  bool, the shape of x   True where x > 0",
     ),
-    imports=f"{_XP}\nfrom scratchformer.ops.activations import ReLUCache",
+    imports=f"{XP_IMPORT}\nfrom scratchformer.ops.activations import ReLUCache",
     cases=CASES["relu"],
     gradients=("dx",),
     hints=(
@@ -227,7 +205,7 @@ GELU in the tanh form BERT and GPT-2 use, the other activation of the FFN:
     imports=f"""\
 import math
 
-{_XP}
+{XP_IMPORT}
 from scratchformer.ops.activations import GELUCache
 
 _GELU_C = math.sqrt(2.0 / math.pi)
@@ -315,7 +293,7 @@ cache (an EmbeddingCache):
 
 Return ``dE`` (V, D) like E. The same id may occur several times in ids.""",
     imports=f"""\
-{_XP}
+{XP_IMPORT}
 from scratchformer import device  # device.segment_sum(idx, rows, K): equal indices add up
 from scratchformer.ops.embedding import EmbeddingCache""",
     cases=CASES["embedding"],
@@ -345,7 +323,7 @@ from scratchformer.ops.embedding import EmbeddingCache""",
             embedding.embedding_backward,
         ),
     ),
-    uses=_always("the shared token embedding of source and target (and the output layer)"),
+    uses=always("the shared token embedding of source and target (and the output layer)"),
 )
 
 
@@ -383,7 +361,7 @@ cache (a SoftmaxCache):
 
 Return ``dx`` (..., K) like x. Every row is its own softmax: nothing mixes rows.""",
     imports=f"""\
-{_XP}
+{XP_IMPORT}
 from scratchformer import device  # device.rowdot(a, b) = sum(a * b, -1)
 from scratchformer.ops.softmax import SoftmaxCache""",
     cases=CASES["softmax"],
@@ -421,292 +399,8 @@ from scratchformer.ops.softmax import SoftmaxCache""",
             softmax.softmax_backward,
         ),
     ),
-    uses=_always("inside every attention"),
+    uses=always("inside every attention"),
 )
 
 
-# -- layer norm --------------------------------------------------------------------------
-def _ln(dout, cache, *, mean=True, variance=True, gamma=True):
-    xhat, rstd, g = cache
-    d = xhat.shape[-1]
-    dxhat = dout * g if gamma else dout * 1.0
-    dx = dxhat
-    if mean:
-        dx = dx - dxhat.mean(axis=-1, keepdims=True)
-    if variance:
-        dx = dx - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True)
-    dx = dx * rstd
-    dgamma = (dout * xhat).reshape(-1, d).sum(axis=0)
-    return dx, dgamma, dout.reshape(-1, d).sum(axis=0)
-
-
-def _ln_no_variance(dout, cache):
-    return _ln(dout, cache, variance=False)
-
-
-def _ln_no_mean(dout, cache):
-    return _ln(dout, cache, mean=False)
-
-
-def _ln_constants(dout, cache):
-    return _ln(dout, cache, mean=False, variance=False)
-
-
-def _ln_no_gamma(dout, cache):
-    return _ln(dout, cache, gamma=False)
-
-
-def _layernorm_cases(r, dtype):
-    x = _randn(r, (4, 6), dtype) * 2.0 + 3.0  # rows far from zero mean and unit variance
-    return [Case("2-D, D 6, rows off-centre", (x, _randn(r, (6,), dtype), _randn(r, (6,), dtype)))]
-
-
-LAYERNORM = OpExercise(
-    name="layernorm",
-    title="layer norm",
-    summary="out = gamma (x - mu) / sqrt(var + eps) + beta over the last axis",
-    section="layer-norm",
-    table="layernorm",
-    forward=layernorm.layernorm_forward,
-    backward=layernorm.layernorm_backward,
-    signature="layernorm_backward(dout, cache)",
-    intro="""\
-Layer normalisation over the last axis of every row: ``xhat = (x - mu) / sqrt(var + eps)``
-with the row's mean ``mu`` and (biased) variance ``var``, then ``out = gamma xhat + beta``.""",
-    docstring="""\
-dout (..., D): the gradient of the loss with respect to ``out``.
-
-cache (a LayerNormCache):
-    cache.xhat   (..., D)  the normalised input, (x - mu) * rstd
-    cache.rstd   (..., 1)  1 / sqrt(var + eps)
-    cache.gamma  (D,)
-
-Return ``(dx, dgamma, dbeta)``: dx (..., D) like x, dgamma (D,), dbeta (D,).
-mu and var are computed from x: each depends on every entry of its row.""",
-    imports=f"""\
-{_XP}
-from scratchformer import device  # device.rowdot(a, b) = sum(a * b, -1)
-from scratchformer.ops.layernorm import LayerNormCache""",
-    cases=_with(CASES["layernorm"], _layernorm_cases),
-    gradients=("dx", "dgamma", "dbeta"),
-    hints=(
-        "gamma and beta are shared by every row: dgamma and dbeta are sums over the rows "
-        "(of dout * xhat and of dout). For dx, start from dxhat = dout * gamma.",
-        "x reaches xhat by three paths: directly, through mu, and through var. Walk the "
-        "forward backwards for one row: xhat = (x - mu) * rstd, rstd = (var + eps)^-1/2, "
-        "var = mean((x - mu)^2), mu = mean(x).",
-        "The mean path gives -mean(dxhat); the variance path gives a term along xhat, "
-        "-xhat * mean(dxhat * xhat). Both are multiplied by rstd.",
-        "Check it: the entries of dx of one row sum to zero (shifting x by a constant "
-        "changes nothing).",
-    ),
-    mistakes=(
-        mistake(
-            "no-variance",
-            "layer norm without its variance term",
-            "var depends on x too: the chain rule through rstd = (var + eps)^-1/2 adds "
-            "a term along xhat (docs/derivations.md#layer-norm, steps 1-3)",
-            _ln_no_variance,
-            layernorm.layernorm_backward,
-        ),
-        mistake(
-            "no-mean",
-            "layer norm without its mean term",
-            "mu depends on every x_i of the row: x - mu gives a term -mean(...) "
-            "(docs/derivations.md#layer-norm, steps 4-5)",
-            _ln_no_mean,
-            layernorm.layernorm_backward,
-        ),
-        mistake(
-            "mean-and-var-constant",
-            "mu and var treated as constants: dx = dout * gamma * rstd",
-            "mu and var are functions of x: both add terms to dx (docs/derivations.md#layer-norm)",
-            _ln_constants,
-            layernorm.layernorm_backward,
-        ),
-        mistake(
-            "no-gamma",
-            "dx without gamma: dxhat taken as dout",
-            "out = gamma * xhat + beta: the gradient reaching xhat is dout * gamma "
-            "(docs/derivations.md#layer-norm)",
-            _ln_no_gamma,
-            layernorm.layernorm_backward,
-        ),
-    ),
-    uses=_always("every LayerNorm: each Add & Norm (and the final norms with pre-LN)"),
-)
-
-
-# -- dropout -----------------------------------------------------------------------------
-def _dropout_not_applied(dout, cache):
-    return dout * 1.0
-
-
-def _dropout_no_scale(dout, cache):
-    return dout * 1.0 if cache.mask is None else dout * cache.mask
-
-
-DROPOUT = OpExercise(
-    name="dropout",
-    title="inverted dropout",
-    summary="out = x * mask / (1 - p), the mask replayed from the cache",
-    section="dropout",
-    table="dropout",
-    forward=dropout.dropout_forward,
-    backward=dropout.dropout_backward,
-    signature="dropout_backward(dout, cache)",
-    intro="""\
-Inverted dropout: each entry is zeroed with probability p and the survivors are scaled by
-1 / (1 - p). With no generator (evaluation) it is the identity and keeps no mask.""",
-    docstring="""\
-dout (...): the gradient of the loss with respect to ``out``.
-
-cache (a DropoutCache):
-    cache.mask   bool like x, or None   True where x survived; None when dropout was off
-    cache.scale  float                  1 / (1 - p), the survivors' factor
-
-Return ``dx`` like x.""",
-    imports=f"{_XP}\nfrom scratchformer.ops.dropout import DropoutCache",
-    given=(dropout.dropout_mask,),
-    cases=CASES["dropout"],
-    gradients=("dx",),
-    hints=(
-        "out = x * m with m = mask / (1 - p) fixed by the forward: a constant factor per "
-        "entry, so dx = dout * m.",
-        "Use the mask in the cache: the forward drew it, and the backward must use the "
-        "very same one. With cache.mask None, dropout was off.",
-    ),
-    mistakes=(
-        mistake(
-            "not-applied",
-            "dropout not applied in backward: dx = dout",
-            "the entries the forward dropped contributed nothing, so they get no gradient "
-            "(docs/derivations.md#dropout)",
-            _dropout_not_applied,
-            dropout.dropout_backward,
-        ),
-        mistake(
-            "no-scale",
-            "the mask applied without the survivors' scale 1 / (1 - p)",
-            "the forward multiplied the survivors by 1 / (1 - p): so does the backward "
-            "(docs/derivations.md#dropout)",
-            _dropout_no_scale,
-            dropout.dropout_backward,
-        ),
-    ),
-    uses=_always("every residual and embedding dropout"),
-)
-
-
-# -- the loss ----------------------------------------------------------------------------
-def _ce(dout, cache, *, smoothing="V-1", keep_pad=False, count_all=False, softmax=True):
-    P, target, eps, V = cache.P, cache.target, cache.eps, cache.V
-    onehot = xp.arange(V) == target[..., None]  # (N..., V)
-    if smoothing == "V-1":
-        off = eps / (V - 1) if eps else 0.0
-        q = off + onehot * (1.0 - eps - off)
-    elif smoothing == "V":
-        q = eps / V + onehot * (1.0 - eps)
-    else:
-        q = onehot * 1.0
-    keep = xp.ones(target.shape, dtype=bool) if keep_pad else cache.keep
-    n = target.size if count_all else max(cache.n_tokens, 1)
-    base = P if softmax else 0.0
-    return ((base - q) * keep[..., None] * (dout / n)).astype(P.dtype)
-
-
-CROSS_ENTROPY = OpExercise(
-    name="cross_entropy",
-    title="label-smoothed cross-entropy over log-softmax",
-    summary="the loss from the logits: label smoothing eps/(V-1), padding ignored",
-    section="label-smoothed-cross-entropy",
-    table="cross_entropy",
-    forward=loss.cross_entropy_forward,
-    backward=loss.cross_entropy_backward,
-    signature="cross_entropy_backward(dout, cache)",
-    intro="""\
-The training loss, from the logits: log-softmax, then the cross-entropy against the
-smoothed target q (q[y] = 1 - eps, q[k] = eps / (V - 1) for the other k), summed over
-the targets that are not padding and divided by their number.""",
-    docstring="""\
-dout (): the gradient of the loss with respect to the loss itself (1 in training), a
-0-d array.
-
-cache (a LossCache):
-    cache.target    (N...) int        the target ids
-    cache.keep      (N...) bool       target != pad_id: the targets that count
-    cache.eps       float             label smoothing
-    cache.n_tokens  int               the number of targets that count (keep.sum())
-    cache.V         int               the vocabulary, the last axis of the logits
-    cache.P         (N..., V)         softmax(logits)
-    (cache.nll_sum, cache.dtype, cache.spent: not needed here)
-
-Return ``dlogits`` (N..., V) like the logits.""",
-    imports=f"{_XP}\nfrom scratchformer.ops.loss import LossCache",
-    given=(loss._smoothing_weights, loss._check),
-    solution=(loss._dscores_minus_q,),
-    cases=CASES["cross_entropy"],
-    gradients=("dlogits",),
-    hints=(
-        "Write the loss of one target as -sum_k q_k log P_k, with log P = log-softmax of "
-        "the logits. Its gradient with respect to the log-probabilities is -q.",
-        "Through the log-softmax: d logits_j = -q_j + P_j sum_k q_k, and q sums to 1.",
-        "The reported loss is a mean over the targets that count: padding rows get zero "
-        "gradient, and each of the others is divided by n_tokens (times dout).",
-    ),
-    mistakes=(
-        mistake(
-            "eps-over-V",
-            "label smoothing with eps/V instead of eps/(V-1)",
-            "q gives eps/(V-1) to each of the V-1 other tokens and 1 - eps to the target, "
-            "as the forward's _smoothing_weights does "
-            "(docs/derivations.md#label-smoothed-cross-entropy)",
-            lambda dout, cache: _ce(dout, cache, smoothing="V"),
-            loss.cross_entropy_backward,
-        ),
-        mistake(
-            "padding-trained",
-            "padding targets not ignored: they get gradient",
-            "the loss sums over targets with keep True only; a padding row's gradient is "
-            "zero (docs/derivations.md#label-smoothed-cross-entropy)",
-            lambda dout, cache: _ce(dout, cache, keep_pad=True),
-            loss.cross_entropy_backward,
-        ),
-        mistake(
-            "divided-by-all-targets",
-            "divided by every target (padding too) instead of n_tokens",
-            "the loss is the mean over the targets that count: divide by cache.n_tokens "
-            "(docs/derivations.md#label-smoothed-cross-entropy)",
-            lambda dout, cache: _ce(dout, cache, count_all=True),
-            loss.cross_entropy_backward,
-        ),
-        mistake(
-            "no-smoothing",
-            "the smoothing left out of the gradient: P - onehot(target)",
-            "the loss trained is the smoothed one: its gradient is P - q with the "
-            "smoothed q (docs/derivations.md#label-smoothed-cross-entropy)",
-            lambda dout, cache: _ce(dout, cache, smoothing="none"),
-            loss.cross_entropy_backward,
-        ),
-        mistake(
-            "no-softmax",
-            "the log-softmax left out: -q, the gradient of the log-probabilities",
-            "the input is the logits, not the log-probabilities: the chain rule through "
-            "the log-softmax adds P (docs/derivations.md#label-smoothed-cross-entropy)",
-            lambda dout, cache: _ce(dout, cache, softmax=False),
-            loss.cross_entropy_backward,
-        ),
-    ),
-    uses=_always("the training loss"),
-)
-
-__all__ = [
-    "CROSS_ENTROPY",
-    "DROPOUT",
-    "EMBEDDING",
-    "GELU",
-    "LAYERNORM",
-    "LINEAR",
-    "RELU",
-    "SOFTMAX",
-]
+__all__ = ["EMBEDDING", "GELU", "LINEAR", "RELU", "SOFTMAX"]

@@ -220,12 +220,18 @@ def stub(signature: str, docstring: str, name: str) -> str:
     )
 
 
+def always(where: str) -> Callable:
+    """An exercise's ``uses`` for code that runs in every model: ``where`` it runs."""
+    return lambda model: where
+
+
 def rule(title: str) -> str:
     """A section line of a learner's file, 92 characters wide."""
     return f"# -- {title} ".ljust(92, "-")
 
 
 __all__ = [
+    "always",
     "DERIVATIONS",
     "H",
     "MATCH_TOL",
