@@ -90,6 +90,7 @@ from scratchformer.train.step import (
     accumulate_gradients,
     dropout_seed,
     nonfinite_state,
+    stop_message,
 )
 from scratchformer.train.tasks import TASKS
 
@@ -349,41 +350,10 @@ class Trainer:
     ):
         """Stop: ``what`` is not finite (or, ``finite``, has exploded: ``Divergence``) at
         ``step`` (the loss above its bound since step ``first``, default ``step``), or
-        (None) at a step after the last check, which ran when a record was logged or a
-        checkpoint saved. Resuming would repeat the same steps exactly: the advice is a
-        lower learning rate.
-
-        The loss of step ``s`` is the model of step ``s - 1``'s: a checkpoint of a step
-        ``>= first - 1`` holds a model whose loss diverged, so the last good checkpoint is
-        the newest of a step ``<= first - 2`` (when ``step`` is None every loss read so
-        far was sound, and so is every checkpoint)."""
-        again = (
-            "lower the learning rate (--lr-factor, optim.lr) or lengthen the warmup (optim.warmup)"
-        )
-        bound = math.inf if step is None else (step if first is None else first) - 2
+        (None) at a step after the last check. The line (``stop_message``) names the last
+        good checkpoint and the advice."""
         kept = [(s, p) for s, p in self.saved if not self.world.main or p.is_file()]
-        good = [p for s, p in kept if s <= bound]
-        bad = [p.name for s, p in kept if s > bound]
-        diverged = ""
-        if bad:
-            its = "holds" if len(bad) == 1 else "hold"
-            diverged = f" ({', '.join(bad)} {its} the model that diverged)"
-        last = (
-            f"the last good checkpoint is {good[-1]}{diverged}, and resuming it repeats "
-            f"these steps exactly: start again (--overwrite) and {again}"
-            if good
-            else f"no checkpoint was written before the divergence{diverged}; start again "
-            f"(--overwrite) and {again}"
-            if bad
-            else f"no checkpoint was written; start again (--overwrite) and {again}"
-        )
-        if step is None and self.step > self.checked_step + 1:
-            at = f"between steps {self.checked_step + 1} and {self.step}"
-        elif step is not None and step < self.step:  # read at the record of a later step
-            at, what = f"at step {self.step}", f"at step {step}, {what}"
-        else:
-            at = f"at step {self.step if step is None else step}"
-        msg = f"training stopped {at}: {what} ({'diverged' if finite else 'not finite'}); {last}"
+        msg = stop_message(what, step, first, finite, kept, self.step, self.checked_step)
         self.log({"kind": "error", "step": self.step if step is None else step, "message": msg})
         raise TrainingDiverged(msg)
 

@@ -217,4 +217,57 @@ class Divergence:
         return why
 
 
-__all__ = ["Divergence", "Window", "accumulate_gradients", "dropout_seed", "perplexity"]
+def stop_message(
+    what: str,
+    at: int | None,
+    first: int | None,
+    finite: bool,
+    kept: list,
+    step: int,
+    checked: int,
+) -> str:
+    """The line of a run stopped because ``what`` is not finite (or, ``finite``, has
+    exploded) at step ``at`` (the loss above its bound since step ``first``, default
+    ``at``), or (``at`` None) at a step after the last check, which ran at step
+    ``checked``; ``step`` is the step the run reached, ``kept`` its checkpoints
+    ``[(step, path)]``. Resuming would repeat the same steps exactly: the advice is a lower
+    learning rate.
+
+    The loss of step ``s`` is the model of step ``s - 1``'s: a checkpoint of a step
+    ``>= first - 1`` holds a model whose loss diverged, so the last good checkpoint is
+    the newest of a step ``<= first - 2`` (when ``at`` is None every loss read so far was
+    sound, and so is every checkpoint)."""
+    again = "lower the learning rate (--lr-factor, optim.lr) or lengthen the warmup (optim.warmup)"
+    bound = math.inf if at is None else (at if first is None else first) - 2
+    good = [p for s, p in kept if s <= bound]
+    bad = [p.name for s, p in kept if s > bound]
+    diverged = ""
+    if bad:
+        its = "holds" if len(bad) == 1 else "hold"
+        diverged = f" ({', '.join(bad)} {its} the model that diverged)"
+    last = (
+        f"the last good checkpoint is {good[-1]}{diverged}, and resuming it repeats "
+        f"these steps exactly: start again (--overwrite) and {again}"
+        if good
+        else f"no checkpoint was written before the divergence{diverged}; start again "
+        f"(--overwrite) and {again}"
+        if bad
+        else f"no checkpoint was written; start again (--overwrite) and {again}"
+    )
+    if at is None and step > checked + 1:
+        where = f"between steps {checked + 1} and {step}"
+    elif at is not None and at < step:  # read at the record of a later step
+        where, what = f"at step {step}", f"at step {at}, {what}"
+    else:
+        where = f"at step {step if at is None else at}"
+    return f"training stopped {where}: {what} ({'diverged' if finite else 'not finite'}); {last}"
+
+
+__all__ = [
+    "Divergence",
+    "Window",
+    "accumulate_gradients",
+    "dropout_seed",
+    "perplexity",
+    "stop_message",
+]
