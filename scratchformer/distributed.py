@@ -13,7 +13,9 @@ counts of every rank:
 which is the gradient of the mean loss over the whole batch (docs/derivations.md,
 "Data parallelism"). Every rank then takes the same Adam step from the same gradient,
 so the parameters stay equal without being sent. Rank 0 alone writes: the log, the
-progress bar, the checkpoints and the test results.
+progress bar, the checkpoints and the test results. The test set's decoding is shared:
+each rank decodes its share of the sentences and ``allgather`` gives every rank all the
+outputs.
 
 A rank that fails prints one line naming itself and aborts the whole job
 (``MPI_Abort``): the others never wait forever in a collective. A rank killed from
@@ -95,6 +97,10 @@ class World:
         """Overwrite the array ``a`` with rank 0's, in place; returns ``a``."""
         return a
 
+    def allgather(self, obj) -> list:
+        """Every rank's ``obj`` (a Python value), in rank order, on every rank."""
+        return [obj]
+
     def check_equal(self, a, what: str) -> None:
         """Raise when the array ``a`` differs in any bit between ranks."""
 
@@ -153,6 +159,9 @@ class MPIWorld(World):
         host = self._host(a)
         self.comm.Bcast(host, root=0)
         return self._back(a, host)
+
+    def allgather(self, obj) -> list:
+        return self.comm.allgather(obj)
 
     def check_equal(self, a, what: str) -> None:
         digest = hashlib.sha256(backend.asnumpy(a).tobytes()).hexdigest()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from scratchformer import backend
+from scratchformer import backend, distributed
 from scratchformer.data.batching import collate
 from scratchformer.decode import beam_search, greedy_decode
 from scratchformer.ops.loss import cross_entropy_forward
@@ -86,26 +86,41 @@ def decode_outputs(
     min_len: int,
     batch_size: int = 64,
     progress=None,
+    world=None,
 ) -> list[list[int]]:
     """Decode ``sources`` (lists of ids) with ``method`` "beam" (``beam_search``, best
     hypothesis) or "greedy" (``greedy_decode``); returns the output ids of each, in order.
     ``min_len``: fewest output tokens (translation uses 1: never an empty sentence);
-    ``progress``: called with the number of sources of each batch once it is decoded.
-    Sources are batched by length (the searches do not depend on the batch)."""
-    outputs: list = [None] * len(sources)
+    ``progress``: called with the number of sources decoded as batches finish.
+    Sources are batched by length (the searches do not depend on the batch).
+
+    ``world``: the ranks that decode together (``distributed.World``; one process when
+    None). Each rank decodes every ``size``-th source of the length order, so the shares
+    cost about the same, and every rank returns all the outputs, the same as one process
+    would. Rank 0's progress stands for all: its count times ``size``.
+    """
+    w = world or distributed.World()
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # less padding
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
+    mine = distributed.share(order, w)
+    found: dict = {}
+    shown = 0
+    for start in range(0, len(mine), batch_size):
+        idx = mine[start : start + batch_size]
         src = backend.asarray(collate([(sources[i], []) for i in idx]).src)
         if method == "beam":
             hyps = beam_search(model, src, beam_size=beam_size, alpha=alpha, min_len=min_len)
-            found = [list(h[0].tokens) for h in hyps]
+            outs = [list(h[0].tokens) for h in hyps]
         else:
-            found = [list(y) for y in greedy_decode(model, src, min_len=min_len)]
-        for i, out in zip(idx, found):
-            outputs[i] = out
+            outs = [list(y) for y in greedy_decode(model, src, min_len=min_len)]
+        found.update(zip(idx, outs))
         if progress is not None:
-            progress(len(idx))
+            step = min(len(idx) * w.size, len(sources) - shown)
+            shown += step
+            progress(step)
+    outputs: list = [None] * len(sources)
+    for share in w.allgather(found):  # {index: output} of each rank
+        for i, out in share.items():
+            outputs[i] = out
     return outputs
 
 

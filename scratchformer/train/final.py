@@ -30,11 +30,26 @@ def average_model(task, config, ckpt_dir: Path, last: int, step: int, meta: dict
     return (model if len(paths) > 1 else None), [s for s, _ in found[-last:]], out
 
 
-def final_evaluation(task, model, averaged, *, step: int, train, seed: int, show, log):
+def shared_average(averaged, world, task, config):
+    """Rank 0's ``average_model`` result on every rank of ``world``, for ranks that judge
+    the test set together: the others read no file; the averaged parameters are sent
+    from rank 0 (one broadcast of the flat buffer). The path is rank 0's alone."""
+    if world.size == 1:
+        return averaged
+    model, steps, path = averaged if world.main else (None, None, None)
+    has_model, steps = world.broadcast((model is not None, steps))
+    if has_model:
+        model = model if world.main else task.build_model(config)
+        world.broadcast_(model.flatten().params)
+    return model, steps, path
+
+
+def final_evaluation(task, model, averaged, *, step: int, train, seed: int, show, log, world=None):
     """Judge the test set with the last checkpoint's ``model`` and the averaged one of
     ``averaged`` (``average_model``'s result); print the final model's examples.
     ``train``: the run's ``[train]`` settings; ``show``: a ``Show`` (how stages and lines
-    are shown); ``log``: writes a record to the metrics log.
+    are shown); ``log``: writes a record to the metrics log; ``world``: the ranks that
+    judge together (every rank calls this; rank 0 shows and logs what the others get too).
 
     Returns ``(metrics of the final model, its examples)``; the final model is the
     averaged one when there is one. With ``train.test`` off nothing is judged.
@@ -48,7 +63,7 @@ def final_evaluation(task, model, averaged, *, step: int, train, seed: int, show
         return show.staged(
             f"test set, {which}",
             task.sizes()["test"],
-            lambda tick: task.test(m, train.max_tokens, train.examples, seed, tick),
+            lambda tick: task.test(m, train.max_tokens, train.examples, seed, tick, world),
         )
 
     show.echo(f"\ntest set: {task.sizes()['test']} examples never seen in training")

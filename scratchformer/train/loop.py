@@ -401,14 +401,19 @@ class Trainer:
         kept = [p for _, p in list_checkpoints(self.ckpt_dir)] if self.world.main else None
         kept = self.world.broadcast(kept)
         test, examples, averaged = None, [], None
-        if final_eval and self.world.main:
-            average = final.average_model(
-                self.task, self.model_config, self.ckpt_dir, cfg.train.average_last, self.step,
-                self.meta(),
+        if final_eval:  # every rank judges: the ranks share the test set's decoding
+            w = self.world
+            average = final.shared_average(
+                final.average_model(
+                    self.task, self.model_config, self.ckpt_dir, cfg.train.average_last,
+                    self.step, self.meta(),
+                ) if w.main else None,
+                w, self.task, self.model_config,
             )  # fmt: skip
             test, examples = final.final_evaluation(
                 self.task, self.model, average, step=self.step, train=cfg.train,
                 seed=cfg.seed, show=final.Show(self.progress, self.echo), log=self.log,
+                world=w,
             )  # fmt: skip
             averaged = average[2]
         elapsed = time.perf_counter() - t_start

@@ -11,6 +11,7 @@ from scratchformer.checkpoint import save_checkpoint
 from scratchformer.cli import main
 from scratchformer.data import Vocab, WhitespaceTokenizer
 from scratchformer.decode import DecodeError, beam_search, translate, translate_nbest
+from scratchformer.distributed import World
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran"]
 SENTENCES = ["the cat sat", "", "a dog ran on the mat", "the zebra sat", "cat"]
@@ -143,3 +144,45 @@ def test_cli_translate_errors_are_reported_not_raised(model_and_tokenizer, tmp_p
     assert main(args + ["--beam", "2", "--nbest", "3"]) == 2
     assert "nbest" in capsys.readouterr().err
     assert main(["translate", "--checkpoint", str(tmp_path / "missing.npz")]) == 2
+
+
+class _Rank(World):
+    """Rank ``rank`` of ``size`` played in one process, one rank after the other: a first
+    pass records what each rank gives ``allgather`` (``given``); a second hands every
+    rank all of them, in rank order, as MPI would."""
+
+    def __init__(self, rank: int, size: int, given: dict):
+        self.rank, self.size, self.given = rank, size, given
+
+    def allgather(self, obj) -> list:
+        self.given.setdefault(self.rank, obj)
+        return [self.given.get(r, {}) for r in range(self.size)]
+
+
+@pytest.mark.parametrize("method", ["beam", "greedy"])
+@pytest.mark.parametrize("size", [2, 3])
+def test_ranks_share_the_decoding_and_each_returns_every_output(model_and_tokenizer, method, size):
+    """Each rank decodes every size-th source of the length order (equal shares of the
+    work, together every source once), and every rank returns the outputs one process
+    gives, in the order of the sources."""
+    from scratchformer.train import decode_outputs  # noqa: PLC0415
+
+    m, tok = model_and_tokenizer
+    rng = np.random.default_rng(0)
+    sources = [list(rng.integers(4, len(tok), size=int(n))) for n in rng.integers(1, 9, 11)]
+    alone = decode_outputs(m, sources, method, 3, 0.6, min_len=1, batch_size=2)
+    given: dict = {}
+    for r in range(size):
+        decode_outputs(m, sources, method, 3, 0.6, 1, 2, world=_Rank(r, size, given))
+    shares = [sorted(given[r]) for r in range(size)]
+    assert sorted(i for s in shares for i in s) == list(range(len(sources)))  # each once
+    tokens = [sum(len(sources[i]) for i in s) for s in shares]
+    assert max(tokens) - min(tokens) <= 8  # at most the longest source apart
+    ticks: list = []
+    for r in range(size):
+        out = decode_outputs(
+            m, sources, method, 3, 0.6, 1, 2, world=_Rank(r, size, given),
+            progress=ticks.append if r == 0 else None,
+        )  # fmt: skip
+        assert out == alone
+    assert sum(ticks) == len(sources)  # rank 0's bar stands for every rank's work

@@ -9,6 +9,7 @@ released and no rank is left running.
   run never stopped ends; SIGTERM: the same, exit 143;
 - a second Ctrl-C, while rank 0 writes the checkpoint of the first: stops at once, exit
   130, no temporary file left;
+- the test set's decoding shared by the ranks: the records one process gives;
 - a failing rank (made to fail by tests/fault_hooks.py), rank 1 or rank 0: the
   job ends, the lock is released by whichever rank ends it.
 
@@ -37,8 +38,10 @@ from mpi_jobs import (
 )
 from task_data import run_config, write_toml
 
-from scratchformer.checkpoint import list_checkpoints
+from scratchformer.checkpoint import list_checkpoints, load_checkpoint
+from scratchformer.train import TrainConfig
 from scratchformer.train.rundir import RunLock
+from scratchformer.train.tasks import TASKS
 
 pytestmark = pytest.mark.slow
 PREFIX = "scratchformer train: "  # rank 0 speaks for the run
@@ -122,6 +125,31 @@ def test_a_run_that_ends_by_itself_is_judged_and_released(
     assert (run / "checkpoints" / "averaged.npz").is_file()
     assert_released(run)
     assert "error" not in job.err.read_text()
+
+
+def test_the_ranks_share_the_test_decoding_and_judge_as_one_process(mpi, tmp_path):
+    """Rank 1 decodes half of the test set, with the averaged model sent by rank 0: the
+    test records of the last checkpoint and of the average are those one process gives
+    the same checkpoints, example texts included."""
+    job = start(tmp_path, "ranks", mpi, "--config", config(tmp_path, 12))
+    assert ended(job, [job.rank_pid(0), job.rank_pid(1)]) == 0
+    run = tmp_path / "run"
+    timing = {"decode_seconds"}
+    judged = [
+        {k: v for k, v in r.items() if k not in timing}
+        for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+        if r["kind"] == "test"
+    ]
+    cfg = TrainConfig.load(tmp_path / "reverse.toml")
+    task = TASKS[cfg.task.name](cfg.task)
+    alone = []
+    for name, which in (("checkpoint_12.npz", "last"), ("averaged.npz", "averaged")):
+        model = load_checkpoint(run / "checkpoints" / name).model
+        m, _ = task.test(model, cfg.train.max_tokens, cfg.train.examples, cfg.seed)
+        m = {k: v for k, v in m.items() if k not in timing}
+        alone.append({"kind": "test", "step": 12, "model": which, **m})
+    assert judged == alone
+    assert job.out.read_text().count("test set: 8 examples never seen") == 1  # rank 0 speaks
 
 
 @pytest.mark.parametrize(

@@ -173,10 +173,12 @@ class Task:
         in_order[0][where], in_order[1][where] = pred, gold
         return m, *in_order
 
-    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None):
+    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None, world=None):
         """``(metrics, [example])`` of ``model`` on the test set; the base class reports
         the teacher-forced metrics and no examples. ``progress``: called with the amount
-        of work done as a long stage (decoding) advances."""
+        of work done as a long stage (decoding) advances. ``world``: the ranks that judge
+        together (``distributed.World``; one process when None): a task may share the
+        work among them, and every rank returns the same result."""
         return self.evaluate(model, "test", max_tokens), []
 
     # -- reporting ---------------------------------------------------------------------------

@@ -107,7 +107,7 @@ class ClassifyTask(Task):
         }
         return (m, pred, gold) if predictions else m
 
-    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None):
+    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None, world=None):
         """Test accuracy; the first ``examples`` verses with their predicted genre."""
         m, pred, _ = self.evaluate(model, "test", max_tokens, predictions=True, progress=progress)
         texts = self.texts["test"][:examples]

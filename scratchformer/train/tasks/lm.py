@@ -91,7 +91,7 @@ class LMTask(Task):
         m["bpc"] = m["nll"] / math.log(2)
         return m
 
-    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None):
+    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None, world=None):
         """Bits per character on the test lines, and a sample from ``<bos>``."""
         m = self.evaluate(model, "test", max_tokens, progress=progress)
         s = self.settings

@@ -131,22 +131,24 @@ class Seq2SeqTask(Task):
         s = self.settings
         return f"beam {s.beam_size}, alpha {s.alpha}" if s.decode == "beam" else "greedy"
 
-    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None):
-        m, shown, _ = self.decode_test(model, max_tokens, examples, progress)
+    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None, world=None):
+        m, shown, _ = self.decode_test(model, max_tokens, examples, progress, world)
         return m, shown
 
-    def decode_test(self, model, max_tokens: int, examples: int, progress=None):
+    def decode_test(self, model, max_tokens: int, examples: int, progress=None, world=None):
         """Teacher-forced metrics, then the test sources decoded for real: exact-sequence
         accuracy of the decoded outputs (``seq_acc_decoded``). Returns ``(metrics, the
-        first ``examples`` (source, target, output) texts, every output's ids)``."""
+        first ``examples`` (source, target, output) texts, every output's ids)``. The ranks
+        of ``world`` share the decoding (``decode_outputs``)."""
         s = self.settings
         m = self.evaluate(model, "test", max_tokens)
         pairs = self.examples("test")
         t0 = time.perf_counter()
         sources = [x for x, _ in pairs]
         outputs = decode_outputs(
-            model, sources, s.decode, s.beam_size, s.alpha, self.min_len, progress=progress
-        )
+            model, sources, s.decode, s.beam_size, s.alpha, self.min_len, progress=progress,
+            world=world,
+        )  # fmt: skip
         m["seq_acc_decoded"] = sum(o == list(y) for o, (_, y) in zip(outputs, pairs)) / len(pairs)
         m["decode"] = self.decoding()
         m["decode_seconds"] = time.perf_counter() - t0
@@ -246,10 +248,10 @@ class TranslateTask(Seq2SeqTask):
         )
         return lines
 
-    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None):
+    def test(self, model, max_tokens: int, examples: int, seed: int, progress=None, world=None):
         """As for every sequence-to-sequence task, plus corpus BLEU and chrF of the
         detokenized outputs (none when sacreBLEU is not installed)."""
-        m, shown, outputs = self.decode_test(model, max_tokens, examples, progress)
+        m, shown, outputs = self.decode_test(model, max_tokens, examples, progress, world)
         hyps = [self.tokenizer.decode(o) for o in outputs]
         try:
             scores = corpus_scores(hyps, [t for _, t in self.data.test])
