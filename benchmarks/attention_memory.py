@@ -3,11 +3,13 @@
     python benchmarks/attention_memory.py                      # T = S = 2048, blocks 64..512
     python benchmarks/attention_memory.py --length 4096 --heads 8 --blocks 128
 
-One attention forward + backward (the op alone: Q, K, V, dO given; causal mask; float32,
-no dropout), B=1, H=--heads, Dh=64, each by the implementation the models run (the kernel
-seam's chosen one). Peak memory is what tracemalloc sees NumPy allocate during the call
-beyond the inputs (exact and deterministic); on CuPy (SCRATCHFORMER_BACKEND=cupy) the
-most bytes CuPy's memory pool lent out beyond the inputs. Time is the median of
+One attention forward + backward (the per-head attention alone,
+``MultiHeadAttention.attend`` and ``attend_backward``: Q, K, V, dO given; causal mask;
+float32, no dropout), B=1, H=--heads, Dh=64, through the kernel seam's chosen
+implementations, dense and with query blocks (``attention_block``). Peak memory is
+what tracemalloc sees NumPy allocate during the call beyond the inputs (exact and
+deterministic); on CuPy (SCRATCHFORMER_BACKEND=cupy) the most bytes CuPy's memory pool
+lent out beyond the inputs. Time is the median of
 --repeats calls (on CuPy each one waited for, so the device's). Also the same for a
 whole training step of a model with ``attention_block`` set (--model), to show the cost
 inside a step at the usual lengths.
@@ -23,8 +25,17 @@ import statistics
 import time
 import tracemalloc
 
-from scratchformer import backend, device, kernels
+from scratchformer import backend, device
+from scratchformer.nn.attention import MultiHeadAttention
 from scratchformer.ops import causal_mask
+
+
+def _attention(heads: int, block):
+    """The per-head attention of a module with query blocks of ``block`` (None: dense),
+    as a forward/backward pair of (Q, K, V, mask)."""
+    m = MultiHeadAttention(heads * 64, heads, rng=backend.host_rng(0))
+    m.attention_block = block
+    return m.attend, m.attend_backward
 
 
 def _measure(fwd, bwd, args_, repeats, **kw):
@@ -121,19 +132,11 @@ def main(argv=None):
         f"attention forward+backward, B=1, H={args.heads}, T=S={args.length}, Dh=64, "
         f"causal, float32 (inputs: {4 * Q.nbytes / 2**20:.0f} MiB)"
     )
-    d_mem, d_ms = _measure(
-        kernels.attention.forward, kernels.attention.backward, data, args.repeats
-    )
+    d_mem, d_ms = _measure(*_attention(args.heads, None), data, args.repeats)
     print(f"{'variant':<12} {'peak MiB':>9} {'vs dense':>9} {'ms':>8} {'time vs dense':>14}")
     print(f"{'dense':<12} {d_mem:>9.1f} {1.0:>8.1f}x {d_ms:>8.0f} {1.0:>13.2f}x")
     for b in args.blocks:
-        mem, ms = _measure(
-            kernels.blockwise_attention.forward,
-            kernels.blockwise_attention.backward,
-            data,
-            args.repeats,
-            block=b,
-        )
+        mem, ms = _measure(*_attention(args.heads, b), data, args.repeats)
         print(f"{f'block {b}':<12} {mem:>9.1f} {d_mem / mem:>8.1f}x {ms:>8.0f} {ms / d_ms:>13.2f}x")
     if args.model:
         print("training step (forward + backward) of the d256 model, 32 x 32 tokens:")

@@ -9,7 +9,7 @@ allocated during forward and during forward + backward of the attention core alo
 
     dense   attention_forward with the (L, L) causal mask: scores are H * L^2
     band    the same, with the local band mask (what local attention equals)
-    local   local_attention_forward: blocked scores, H * L * 2M
+    local   LocalMultiHeadAttention.attend: blocked scores, H * L * 2M
 
 Also checks that local and band-masked dense agree on the output.
 """
@@ -22,12 +22,10 @@ import tracemalloc
 
 from scratchformer import backend
 from scratchformer.backend import xp
-from scratchformer.ops.attention import attention_backward, attention_forward, causal_mask
-from scratchformer.ops.local_attention import (
-    band_mask,
-    local_attention_backward,
-    local_attention_forward,
-)
+from scratchformer.nn.attention import MultiHeadAttention
+from scratchformer.nn.local_attention import LocalMultiHeadAttention
+from scratchformer.ops.attention import causal_mask
+from scratchformer.ops.local_attention import band_mask
 
 
 def measure(fwd, bwd):
@@ -57,23 +55,25 @@ def main(argv=None):
     dO = xp.asarray(r.standard_normal((1, H, L, Dh)), dtype=xp.float32)
     causal = causal_mask(L)[None, None]
     band = band_mask(L, M)[None, None]
+    dense = MultiHeadAttention(H * Dh, H, rng=backend.host_rng(0))
+    local = LocalMultiHeadAttention(H * Dh, H, rng=backend.host_rng(0), local_block=M)
     rows = []
     outs = {}
     for name, fwd, bwd in [
         (
             "dense (causal)",
-            lambda: attention_forward(Q, K, V, causal),
-            lambda o, c: attention_backward(dO, c),
+            lambda: dense.attend_masked(Q, K, V, causal),
+            lambda o, c: dense.attend_backward(dO, c),
         ),
         (
             "dense + band mask",
-            lambda: attention_forward(Q, K, V, band),
-            lambda o, c: attention_backward(dO, c),
+            lambda: dense.attend_masked(Q, K, V, band),
+            lambda o, c: dense.attend_backward(dO, c),
         ),
         (
             f"local (block {M})",
-            lambda: local_attention_forward(Q, K, V, M),
-            lambda o, c: local_attention_backward(dO, c),
+            lambda: local.attend(Q, K, V),
+            lambda o, c: local.attend_backward(dO, c),
         ),
     ]:
         out, pf, pfb, tf, tb = measure(fwd, bwd)

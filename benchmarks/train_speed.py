@@ -7,6 +7,7 @@
     python benchmarks/train_speed.py --blas-coretype SkylakeX # OpenBLAS's AVX-512 kernels
     python benchmarks/train_speed.py --configs d256 --threads 2   # + the scale-out rows
     python benchmarks/train_speed.py --no-scale-out           # only the single-process rows
+    python benchmarks/train_speed.py --against ../old          # this tree and another's
 
 One training step = zero the gradients, forward, backward, Adam (no clipping), on a batch
 of ``--batch`` sentences x ``--length`` tokens (source and target), float32, dropout 0.1,
@@ -57,6 +58,13 @@ table gives each row's median, fastest and slowest step and the ratio of (a)'s t
 to (b)'s, (c)'s and (d)'s; ``benchmarks/scale_out.py`` has the details. Without
 mpiexec or mpi4py, (a) is skipped (and (d) runs in plain processes); without torch or
 its gloo backend, (d) is; each with the reason printed.
+
+Before and after a change (``--against TREE``, a source tree of the package such as a
+``git worktree`` of the commit before): every single-process launch is made twice per
+round, once with this tree's package and once with TREE's (``PYTHONPATH``), each timing
+its steps and torch's; the rows say which tree, and a last table gives this tree's
+tokens/s over TREE's per row (and the same ratio for torch, which changed nothing: the
+launches' noise). The scale-out rows run this tree only.
 
 Without torch installed only our figures are printed. A benchmark, not a test: nothing
 here asserts on a timing.
@@ -278,10 +286,13 @@ def _child_scale_out(args):
 
 
 # -- parent side ----------------------------------------------------------------------------
-def _child(args, threads, repeats=None):
+def _child(args, threads, repeats=None, tree=None):
     """The child's command line and environment (thread counts set before any import);
-    ``repeats`` timed steps per framework (default ``--repeats``)."""
+    ``repeats`` timed steps per framework (default ``--repeats``); ``tree``: the source
+    tree whose package the child imports (None: this one)."""
     env = dict(os.environ)
+    if tree:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH")) if p)
     for v in _THREAD_VARS:
         env[v] = str(threads)
     if args.blas_coretype:
@@ -296,8 +307,8 @@ def _child(args, threads, repeats=None):
     return cmd, env
 
 
-def _launch(args, threads, extra, repeats=None):
-    cmd, env = _child(args, threads, repeats)
+def _launch(args, threads, extra, repeats=None, tree=None):
+    cmd, env = _child(args, threads, repeats, tree)
     res = subprocess.run(cmd + extra, env=env, capture_output=True, text=True)
     if res.returncode:
         sys.stderr.write(res.stderr)
@@ -352,6 +363,11 @@ def main(argv=None):
     )
     p.add_argument("--ranks", type=int, default=2, help="processes of the scale-out rows")
     p.add_argument("--json", help="also write the results to this file")
+    p.add_argument(
+        "--against",
+        metavar="TREE",
+        help="also time the package of this source tree in the same rounds (before/after)",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--memory", choices=["ours", "torch"], help=argparse.SUPPRESS)
     p.add_argument("--scale-out-child", action="store_true", help=argparse.SUPPRESS)
@@ -386,7 +402,8 @@ def main(argv=None):
     )
     speed, scale, ceiling = _rounds(args)
     _print_ceiling(ceiling, speed)
-    hdr = f"{'config':<6} {'thr':>3} {'params':>7} {'ours ms':>8} {'(cpu)':>6} {'ours tok/s':>10}"
+    hdr = f"{'config':<6} {'thr':>3} {'tree':<7} {'params':>7} {'ours ms':>8} {'(cpu)':>6}"
+    hdr += f" {'ours tok/s':>10}"
     hdr += f" {'%ceil':>5}"
     if args.torch:
         hdr += f" {'torch ms':>8} {'(cpu)':>6} {'torch tok/s':>11} {'%ceil':>5}"
@@ -395,7 +412,7 @@ def main(argv=None):
     for r in speed:
         o = r["ours"]
         line = (
-            f"{r['config']:<6} {r['threads']:>3} {r['params'] / 1e6:>6.1f}M "
+            f"{r['config']:<6} {r['threads']:>3} {r['tree']:<7} {r['params'] / 1e6:>6.1f}M "
             f"{o['median_ms']:>8.0f} {o['cpu_ms']:>6.0f} {o['tokens_per_s']:>10.0f}"
             f" {o['of_ceiling']:>5.0%}"
         )
@@ -418,8 +435,11 @@ def main(argv=None):
             f"torch {speed[0].get('torch_version')}; ratio = our tokens/s / torch's "
             "(medians); best = the same from each side's fastest step"
         )
+    if args.against:
+        _print_against(speed, args)
     if scale:
-        scale_out.print_rows([r for r in scale if "config" in r], speed, args.ranks)
+        this = [r for r in speed if r["tree"] == "this"]
+        scale_out.print_rows([r for r in scale if "config" in r], this, args.ranks)
     memory = []
     if args.memory_runs:
         saved = args.configs
@@ -504,12 +524,15 @@ def _rounds(args):
     scale_on, mpi_missing = _scale_out_plan(args)
     raw, raw_scale = defaultdict(list), defaultdict(list)
     ceiling = defaultdict(list)
-    for _ in range(args.rounds):
+    trees = [None] + ([str(Path(args.against).resolve())] if args.against else [])
+    for i in range(args.rounds):
         for n in args.threads:
-            infos = _launch(args, n, [], per_round)
-            ceiling[n] += infos[0]["ceiling"]
-            for info in infos:
-                raw[(info["config"], n)].append(info)
+            for tree in trees if i % 2 == 0 else trees[::-1]:
+                infos = _launch(args, n, [], per_round, tree)
+                ceiling[n] += infos[0]["ceiling"]
+                for info in infos:
+                    info["tree"] = "against" if tree else "this"
+                    raw[(info["config"], n, info["tree"])].append(info)
         if scale_on:
             if args.ranks not in args.threads:
                 ceiling[args.ranks] += _launch(args, args.ranks, ["--ceiling"])[0]["ceiling"]
@@ -519,7 +542,7 @@ def _rounds(args):
     tokens = args.batch * args.length
     speed = [
         _pooled(infos, ("ours", "torch"), tokens, infos[0]["flops"], top[n])
-        for (_, n), infos in raw.items()
+        for (_, n, _), infos in raw.items()
     ]
     flops = {r["config"]: r["flops"] for r in speed}
     scale = [
@@ -529,6 +552,21 @@ def _rounds(args):
     for r in scale:
         r["ceiling_gflops"] = top[args.ranks]
     return speed, scale, ceiling
+
+
+def _print_against(speed, args) -> None:
+    """This tree's tokens/s over the other tree's, per config and thread count."""
+    rows = {(r["config"], r["threads"], r["tree"]): r for r in speed}
+    print(f"this tree / {args.against} (tokens/s, medians; torch's ratio: the launches' noise)")
+    print(f"{'config':<6} {'thr':>3} {'ours':>6}" + (f" {'torch':>6}" if args.torch else ""))
+    for config, n, tree in rows:
+        if tree != "this" or (config, n, "against") not in rows:
+            continue
+        a, b = rows[(config, n, "this")], rows[(config, n, "against")]
+        line = f"{config:<6} {n:>3} {a['ours']['tokens_per_s'] / b['ours']['tokens_per_s']:>5.3f}x"
+        if args.torch:
+            line += f" {a['torch']['tokens_per_s'] / b['torch']['tokens_per_s']:>5.3f}x"
+        print(line)
 
 
 def _print_ceiling(ceiling, speed) -> None:

@@ -146,6 +146,10 @@ def main(argv=None) -> int:
                 backend.set_backend(args.backend)
             else:
                 backend.require_env_backend()
+            from scratchformer import kernels  # noqa: PLC0415  (loaded once the guard is on)
+
+            if kernels.env_error is not None:  # SCRATCHFORMER_KERNELS misspelt
+                raise kernels.env_error
             return int(args.func(args) or 0)
     except KeyboardInterrupt as e:
         return _interrupted(args, e)

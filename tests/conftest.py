@@ -73,8 +73,9 @@ def plant():
     def put(op, backward, forward=None):
         table = kernels.table(op)
         impl = kernels.Implementation(
-            "planted", forward or table.reference.forward, backward, note="planted by a test"
-        )
+            "planted", forward or table.reference.forward, backward, note="planted by a test",
+            accessors=table.reference.accessors,
+        )  # fmt: skip
         table.register(impl)
         context = kernels.use(table, impl.name)
         context.__enter__()

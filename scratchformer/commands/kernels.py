@@ -40,15 +40,17 @@ def _list() -> None:
     forced = kernels.reference_forced()
     print(f"kernel seam on {backend.backend_name()}; references forced everywhere: "
           f"{'yes' if forced else 'no (SCRATCHFORMER_KERNELS=reference forces them)'}")  # fmt: skip
-    print(f"{'op':<20} {'implementation':<15} {'backends':<12} {'chosen':<7} note")
-    for name, table in kernels.TABLES.items():
-        chosen = table.chosen()
+    print("* = what a call with float32 inputs runs now (its inputs donated where it may)")
+    print(f"{'op':<19} {'implementation':<15} {'backends':<12} {'dtypes':<17} {'chosen':<6} note")
+    for name in sorted(kernels.TABLES):
+        table = kernels.TABLES[name]
+        chosen = table.chosen("float32", donate=True)
         for i, impl in enumerate(table.implementations()):
             note = impl.note if impl.proven else f"not yet run on a GPU: off; {impl.note}"
             mark = "*" if impl is chosen else ""
             print(
-                f"{name if i == 0 else '':<20} {impl.name:<15} {', '.join(impl.backends):<12} "
-                f"{mark:<7} {note}".rstrip()
+                f"{name if i == 0 else '':<19} {impl.name:<15} {', '.join(impl.backends):<12} "
+                f"{', '.join(impl.dtypes):<17} {mark:<6} {note}".rstrip()
             )
 
 

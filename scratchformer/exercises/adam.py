@@ -2,22 +2,23 @@
 place over flat arrays, and have it graded against the engine's ``Adam`` over several
 steps (the bias correction of step t must use that t).
 
-The learner writes ``adam_update(theta, g, m, v, t, lr, beta1, beta2, eps)``; while it
-is graded against the engine or a model trains with it, ``Adam.step`` is replaced (as
-the layer exercises replace a module's backward) by a step that counts ``t``, applies
-the decoupled weight decay when there is one, and calls the learner's update on the
-flat parameter, gradient and moment buffers.
+The learner writes ``adam_update(theta, g, m, v, t, lr, beta1, beta2, eps)``, the
+update of ops/adam.py; while a model trains with it, it is put in place in the kernel
+seam's ``adam_update`` table (with the decoupled weight decay applied before it when a
+run has one), so ``Adam.step`` calls it on the flat parameter, gradient and moment
+buffers.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
+import inspect
+import textwrap
 from dataclasses import dataclass
 
 from scratchformer import backend
 from scratchformer.backend import xp
-from scratchformer.exercises.layer import swapped
+from scratchformer.exercises.op import plugged
 from scratchformer.exercises.spec import (
     TOL,
     Exercise,
@@ -30,7 +31,8 @@ from scratchformer.exercises.spec import (
 )
 from scratchformer.gradcheck import GradCheckRow, GradReport, rel_error
 from scratchformer.nn.flat import FlatParameters
-from scratchformer.optim.adam import Adam, _update
+from scratchformer.ops.adam import adam_update
+from scratchformer.optim.adam import Adam
 
 _IMPORTS = """\
 import math
@@ -39,27 +41,17 @@ from scratchformer import backend
 from scratchformer.backend import xp"""
 
 
-def adam_update(theta, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9):
-    """The engine's update (``Adam.step``) as one call over whole arrays: both bias
-    corrections folded into two scalars, then ``_update``."""
-    c1 = 1.0 - beta1**t
-    c2 = math.sqrt(1.0 - beta2**t)
-    _update(theta, g, m, v, xp.empty_like(theta), beta1, beta2, lr * c2 / c1, eps * c2, 1.0)
+def _learner_update(update):
+    """The ``adam_update`` table's signature around a learner's ``update``: the decoupled
+    weight decay, which the exercise leaves out, applied first (it uses theta before
+    the step)."""
 
+    def full(theta, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9, weight_decay=0.0):
+        if weight_decay:
+            theta *= 1.0 - lr * weight_decay
+        update(theta, g, m, v, t, lr, beta1, beta2, eps)
 
-def stepper(update):
-    """``Adam.step`` calling ``update`` for the update itself."""
-
-    def step(self, lr: float) -> None:
-        self.t += 1
-        if self.weight_decay:
-            self.flat.params *= 1.0 - lr * self.weight_decay  # decoupled, before the update
-        update(
-            self.flat.params, self.flat.grads, self.m, self.v, self.t, lr,
-            self.beta1, self.beta2, self.eps,
-        )  # fmt: skip
-
-    return step
+    return full
 
 
 @dataclass(frozen=True)
@@ -129,8 +121,8 @@ class AdamExercise(Exercise):
             "    scratchformer exercise check adam      grade it\n"
             "    scratchformer exercise hint adam       the next hint\n"
             "    scratchformer exercise solution adam   the engine's code\n\n"
-            f"The engine's code: scratchformer/optim/adam.py ({self.link()}).\n"
-            "What you write becomes the update of Adam.step while it is checked or trains.\n"
+            f"The engine's code: scratchformer/ops/adam.py ({self.link()}).\n"
+            "What you write becomes the update of Adam.step while a model trains with it.\n"
             "The checker runs it step after step from zero moments and compares theta, m\n"
             f"and v after every step with the engine's Adam:{labels}\n"
             '"""\n\n'
@@ -139,9 +131,9 @@ class AdamExercise(Exercise):
         )
 
     def _given(self) -> str:
-        text = source(stepper(adam_update), "step").replace("update(", "adam_update(", 1)
-        title = "given: how Adam.step calls your update (for reading)"
-        return f"{rule(title)}\n{text}"
+        text = textwrap.dedent(inspect.getsource(Adam.step))
+        title = "given: how Adam.step calls the update, yours in training (for reading)"
+        return f"{rule(title)}\n# scratchformer/optim/adam.py, class Adam:\n{text.rstrip()}"
 
     def file_text(self) -> str:
         body = stub(
@@ -228,7 +220,7 @@ update; write into the arrays: ``m *= ...``, ``m += ...``, or ``m[...] = ...``).
 
     @contextlib.contextmanager
     def plug(self, code: dict):
-        with swapped({(Adam, "step"): stepper(code["adam_update"])}):
+        with plugged("adam_update", update=_learner_update(code["adam_update"])):
             yield
 
 
@@ -305,4 +297,4 @@ ADAM = AdamExercise(
     ),
 )
 
-__all__ = ["ADAM", "AdamExercise", "adam_update", "stepper"]
+__all__ = ["ADAM", "AdamExercise", "adam_update"]

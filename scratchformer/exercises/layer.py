@@ -74,6 +74,9 @@ class Method:
     name: str
     signature: str  # "multi_head_attention_backward(self, dout, cache)"
     docstring: str
+    # the engine's code for it, where it is not the method itself (a step the engine
+    # runs fused, written out for the exercise)
+    engine: Callable | None = None
 
 
 @dataclass
@@ -91,6 +94,9 @@ class LayerExercise(Exercise):
     hints: tuple = ()
     mistakes: tuple = ()
     helpers: tuple = ()  # ((cls, attr), ...) the engine's methods its solution calls
+    # {(cls, attr): function}: forward methods written out step by step for the
+    # exercise, set on their classes with the learner's backward (shown as given)
+    forwards: dict = field(default_factory=dict)
     uses: Callable = field(default=lambda model: "")
     kind: str = "layer"
 
@@ -103,7 +109,7 @@ class LayerExercise(Exercise):
         return self.inputs
 
     def engine(self) -> dict:
-        return {m.name: getattr(m.cls, m.attr) for m in self.methods}
+        return {m.name: m.engine or getattr(m.cls, m.attr) for m in self.methods}
 
     def used_by(self, model) -> str:
         return self.uses(model)
@@ -112,9 +118,7 @@ class LayerExercise(Exercise):
     def _imports(self) -> str:
         """The file's imports, with what the given forward and the engine's backward read
         (each method's globals resolve as in the engine)."""
-        fns = [getattr(c, a) for c, a, _ in self.given] + [
-            getattr(m.cls, m.attr) for m in self.methods
-        ]
+        fns = [*self._given_functions(), *self.engine().values()]
         more, _ = needs(self.imports, fns, {f.__name__ for f in fns})
         return "\n".join([self.imports.strip(), *more])
 
@@ -140,8 +144,12 @@ class LayerExercise(Exercise):
             f'EXERCISE = "{self.name}"\n\n\n'
         )
 
+    def _given_functions(self) -> list:
+        own = {(cls, attr): fn for (cls, attr), fn in self.forwards.items()}
+        return [own.get((cls, attr), getattr(cls, attr)) for cls, attr, _ in self.given]
+
     def _given(self) -> str:
-        parts = [source(getattr(cls, attr), name) for cls, attr, name in self.given]
+        parts = [source(fn, name) for fn, (_, _, name) in zip(self._given_functions(), self.given)]
         title = "given: the forward pass, as in the engine (for reading; not run from here)"
         return f"{rule(title)}\n" + "\n\n".join(parts)
 
@@ -153,7 +161,7 @@ class LayerExercise(Exercise):
         )
 
     def solution_text(self) -> str:
-        parts = [source(getattr(m.cls, m.attr), m.name) for m in self.methods]
+        parts = [source(self.engine()[m.name], m.name) for m in self.methods]
         return (
             f"{self._head()}{self._given()}\n\n{rule('the engine: the backward pass')}\n"
             + "\n\n".join(parts)
@@ -168,7 +176,7 @@ class LayerExercise(Exercise):
         return [c.label for c in self.cases()]
 
     def _methods(self, code: dict) -> dict:
-        return {(m.cls, m.attr): code[m.name] for m in self.methods}
+        return {**self.forwards, **{(m.cls, m.attr): code[m.name] for m in self.methods}}
 
     def _path(self, code: dict) -> str | None:
         fn = code[self.methods[0].name]
@@ -194,7 +202,8 @@ class LayerExercise(Exercise):
             before = {k: g.copy() for k, g in m.gradients().items()}
             args = case.args(dtype)
             rng = None if case.dropout_seed is None else device.generator(case.dropout_seed)
-            out, cache = m.forward(*args, rng=rng)
+            with swapped(self.forwards):
+                out, cache = m.forward(*args, rng=rng)
             dout = backend.asarray(
                 backend.host_rng(1000 + i).standard_normal(out.shape), dtype=dtype
             )

@@ -9,6 +9,8 @@ Dimension key: ``B`` batch, ``T`` queries (target), ``S`` keys (source), ``D`` d
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from scratchformer import backend, kernels
 from scratchformer.exercises.layer import (
     AddNormBlock,
@@ -271,6 +273,28 @@ from scratchformer.nn.layers import FeedForwardCache""",
 
 
 # -- Add & Norm --------------------------------------------------------------------------
+class ExitCache(NamedTuple):
+    norm: object  # the LayerNorm's cache (post-LN), None for pre-LN
+    dropout: object  # the residual dropout's cache
+
+
+def add_norm_exit(self, x, s, rng=None):
+    """``LayerNorm(x + Dropout(s))`` (post-LN) or ``x + Dropout(s)`` (pre-LN), step by
+    step (the engine runs these steps as one op of the kernel seam, add_norm_exit)."""
+    s_drop, c_drop = self.dropout.forward(s, rng)
+    r = x + s_drop
+    if self.norm_first:
+        return r, ExitCache(None, c_drop)
+    y, c_norm = self._norm(r)
+    return y, ExitCache(c_norm, c_drop)
+
+
+def add_norm_exit_backward(self, dy, cache):
+    """Returns ``(dx, ds)``: the residual path's gradient and the sub-layer output's."""
+    dr = dy if self.norm_first else self._norm_backward(dy, cache.norm)
+    return dr, self.dropout.backward(dr, cache.dropout)
+
+
 def _exit(self, dy, cache, *, residual_norm=True, residual_dropout=False, sublayer_dropout=True):
     dr = dy if self.norm_first else self._norm_backward(dy, cache.norm)
     ds = self.dropout.backward(dr, cache.dropout) if sublayer_dropout else dr
@@ -310,7 +334,7 @@ ADD_NORM = LayerExercise(
             """\
 dy (B, T, D): the gradient of the loss with respect to exit's output y.
 
-cache (an AddNormCache, of this exit):
+cache (an ExitCache, of this exit):
     cache.norm     the LayerNorm's cache (post-LN), None for pre-LN
     cache.dropout  the residual dropout's cache
 
@@ -320,6 +344,7 @@ cache.dropout) the dropout's.
 
 Return (dx, ds): the gradient of exit's x along the residual path, and of the
 sub-layer's output s.""",
+            engine=add_norm_exit_backward,
         ),
         Method(
             AddNorm,
@@ -338,6 +363,7 @@ path's, from exit_backward).""",
         ),
     ),
     given=((AddNorm, "enter", "add_norm_enter"), (AddNorm, "exit", "add_norm_exit")),
+    forwards={(AddNorm, "exit"): add_norm_exit},
     intro="""\
 The residual block around every sub-layer, split in two steps so any sub-layer fits
 between them (s_in, c_in = enter(x); s = sublayer(s_in); y, c_out = exit(x, s)):

@@ -226,13 +226,21 @@ class OpExercise(Exercise):
 
 
 @contextlib.contextmanager
-def plugged(table_name: str, backward: Callable):
-    """``backward`` in place in the kernel table ``table_name``, the reference's forward
-    beside it, while the context is open."""
+def plugged(table_name: str, backward: Callable | None = None, update: Callable | None = None):
+    """A learner's ``backward`` in place in the kernel table ``table_name``, the
+    reference's forward beside it (or, for an update op, the learner's ``update``),
+    while the context is open."""
     table = kernels.table(table_name)
-    impl = kernels.Implementation(
-        LEARNER, table.reference.forward, backward, note="a learner's backward (exercise)"
-    )
+    if update is not None:
+        impl = kernels.Implementation(LEARNER, update, note="a learner's update (exercise)")
+    else:
+        impl = kernels.Implementation(
+            LEARNER,
+            table.reference.forward,
+            backward,
+            note="a learner's backward (exercise)",
+            accessors=table.reference.accessors,
+        )
     table.register(impl)
     try:
         with kernels.use(table, LEARNER):

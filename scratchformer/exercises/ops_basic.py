@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
+from scratchformer import kernels
 from scratchformer.backend import xp
 from scratchformer.exercises.op import XP_IMPORT, OpExercise, mistake
 from scratchformer.exercises.spec import always
-from scratchformer.kernels.cases import CASES
 from scratchformer.ops import activations, embedding, linear, softmax
 
 
@@ -57,7 +57,7 @@ Return ``(dx, dW, db)``: dx (..., D_in) like x, dW (D_in, D_out) like W, db (D_o
 like b, or None when ``cache.has_bias`` is False. ``...`` is any number of leading axes
 (here (B, T)): W and b are used at every one of those positions.""",
     imports=f"{XP_IMPORT}\nfrom scratchformer.ops.linear import LinearCache",
-    cases=CASES["linear"],
+    cases=kernels.table("linear").cases,
     gradients=("dx", "dW", "db"),
     hints=(
         "Write out = x W + b for one row n: out[n, j] = sum_i x[n, i] W[i, j] + b[j]. "
@@ -154,7 +154,7 @@ RELU = OpExercise(
         fields="    cache.positive  bool, the shape of x   True where x > 0",
     ),
     imports=f"{XP_IMPORT}\nfrom scratchformer.ops.activations import ReLUCache",
-    cases=CASES["relu"],
+    cases=kernels.table("relu").cases,
     gradients=("dx",),
     hints=(
         "ReLU is applied entry by entry, so its Jacobian is diagonal: dx = dout * (the "
@@ -210,7 +210,7 @@ from scratchformer.ops.activations import GELUCache
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715""",
-    cases=CASES["gelu"],
+    cases=kernels.table("gelu").cases,
     gradients=("dx",),
     hints=(
         "out = 0.5 x (1 + t) is a product of two functions of x: x and (1 + t), with "
@@ -296,7 +296,7 @@ Return ``dE`` (V, D) like E. The same id may occur several times in ids.""",
 {XP_IMPORT}
 from scratchformer import device  # device.segment_sum(idx, rows, K): equal indices add up
 from scratchformer.ops.embedding import EmbeddingCache""",
-    cases=CASES["embedding"],
+    cases=kernels.table("embedding").cases,
     graded_forward=_embedding_constant_pad,
     gradients=("dE",),
     hints=(
@@ -364,7 +364,7 @@ Return ``dx`` (..., K) like x. Every row is its own softmax: nothing mixes rows.
 {XP_IMPORT}
 from scratchformer import device  # device.rowdot(a, b) = sum(a * b, -1)
 from scratchformer.ops.softmax import SoftmaxCache""",
-    cases=CASES["softmax"],
+    cases=kernels.table("softmax").cases,
     gradients=("dx",),
     hints=(
         "P_j = exp(x_j) / sum_k exp(x_k): every output of a row depends on every input "

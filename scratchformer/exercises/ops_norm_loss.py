@@ -7,10 +7,11 @@ own pieces with the one thing wrong; its hint says where to look, not what to wr
 
 from __future__ import annotations
 
+from scratchformer import kernels
 from scratchformer.backend import xp
 from scratchformer.exercises.op import XP_IMPORT, OpExercise, mistake, randn, with_cases
 from scratchformer.exercises.spec import always
-from scratchformer.kernels.cases import CASES, Case
+from scratchformer.kernels.cases import Case
 from scratchformer.ops import dropout, layernorm, loss
 
 
@@ -76,7 +77,7 @@ mu and var are computed from x: each depends on every entry of its row.""",
 {XP_IMPORT}
 from scratchformer import device  # device.rowdot(a, b) = sum(a * b, -1)
 from scratchformer.ops.layernorm import LayerNormCache""",
-    cases=with_cases(CASES["layernorm"], _layernorm_cases),
+    cases=with_cases(kernels.table("layernorm").cases, _layernorm_cases),
     gradients=("dx", "dgamma", "dbeta"),
     hints=(
         "gamma and beta are shared by every row: dgamma and dbeta are sums over the rows "
@@ -157,7 +158,7 @@ cache (a DropoutCache):
 Return ``dx`` like x.""",
     imports=f"{XP_IMPORT}\nfrom scratchformer.ops.dropout import DropoutCache",
     given=(dropout.dropout_mask,),
-    cases=CASES["dropout"],
+    cases=kernels.table("dropout").cases,
     gradients=("dx",),
     hints=(
         "out = x * m with m = mask / (1 - p) fixed by the forward: a constant factor per "
@@ -228,13 +229,13 @@ cache (a LossCache):
     cache.n_tokens  int               the number of targets that count (keep.sum())
     cache.V         int               the vocabulary, the last axis of the logits
     cache.P         (N..., V)         softmax(logits)
-    (cache.nll_sum, cache.dtype, cache.spent: not needed here)
+    (cache.nll_sum, cache.dtype: not needed here)
 
 Return ``dlogits`` (N..., V) like the logits.""",
     imports=f"{XP_IMPORT}\nfrom scratchformer.ops.loss import LossCache",
-    given=(loss._smoothing_weights, loss._check),
-    solution=(loss._dscores_minus_q,),
-    cases=CASES["cross_entropy"],
+    given=(loss.smoothing_weights, loss.check_scores),
+    solution=(loss.row_factors, loss.subtract_q),
+    cases=kernels.table("cross_entropy").cases,
     gradients=("dlogits",),
     hints=(
         "Write the loss of one target as -sum_k q_k log P_k, with log P = log-softmax of "

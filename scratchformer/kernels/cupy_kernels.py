@@ -1,32 +1,54 @@
-"""The kernel seam's GPU kernels: compiled at run time by CuPy (NVRTC) from the sources of
-scratchformer/kernels/cuda_sources.py, and checked without a GPU by ``nvrtc_compile``.
+"""The kernel seam's CUDA side: the ``.cu`` files beside the op modules, compiled at run
+time by CuPy (NVRTC, ``RawModule``) and launched; checked without a GPU by
+``nvrtc_compile``, which CI runs for sm_80 and sm_90.
 
-A kernel written without a GPU is registered in its op's table with ``proven=False``:
-never chosen by default until a GPU run has shown it equal to its reference
-(``scratchformer kernels --check`` on the GPU; benchmarks/gpu/run_all.sh runs it).
+The sources ship in the package (``scratchformer/kernels/*.cu`` and the ``.cuh`` headers
+they include) and are read with ``importlib.resources``, so an installed wheel finds
+them as an editable checkout does. A kernel written without a GPU is registered in its
+op's table with ``proven=False``: never chosen by default until a GPU run has shown it
+equal to its reference (``scratchformer kernels --check`` on the GPU).
 """
 
 from __future__ import annotations
 
 import functools
+from importlib import resources
 
 import cupy
 from cupy.cuda import nvrtc
 
-from scratchformer.device.counter import CounterGenerator
-from scratchformer.kernels.cuda_sources import SOURCES
-from scratchformer.ops.dropout import DropoutCache
-
 THREADS = 256
+#: options of every compile: C++14, and the package's folder for the ``.cuh`` headers
+_STD = "-std=c++14"
 
 
-def nvrtc_compile(source: str, arch: str = "sm_90", name: str = "kernel.cu") -> bytes:
-    """Compile ``source`` with NVRTC for ``arch`` (no GPU needed) and return the cubin;
-    a compile error raises ``nvrtc.NVRTCError`` whose message holds NVRTC's log
-    (file:line: error ...)."""
-    prog = nvrtc.createProgram(source, name, [], [])
+def sources() -> list[str]:
+    """The names of the package's kernel sources (``dropout`` for ``dropout.cu``)."""
+    folder = resources.files("scratchformer.kernels")
+    return sorted(p.name[:-3] for p in folder.iterdir() if p.name.endswith(".cu"))
+
+
+def source(name: str) -> str:
+    """The text of ``<name>.cu``, its ``#include "x.cuh"`` lines replaced by the
+    headers' text (NVRTC then needs no include path, wherever the package lies)."""
+    folder = resources.files("scratchformer.kernels")
+    lines = []
+    for line in (folder / f"{name}.cu").read_text().splitlines():
+        if line.startswith('#include "') and line.rstrip().endswith('.cuh"'):
+            header = line.split('"')[1]
+            lines += [f"// {header}", (folder / header).read_text()]
+        else:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def nvrtc_compile(text: str, arch: str = "sm_90", name: str = "kernel.cu") -> bytes:
+    """Compile the CUDA source ``text`` with NVRTC for ``arch`` (no GPU needed) and
+    return the cubin; a compile error raises ``nvrtc.NVRTCError`` whose cause holds
+    NVRTC's log (file(line): error ...)."""
+    prog = nvrtc.createProgram(text, name, [], [])
     try:
-        nvrtc.compileProgram(prog, [f"-arch={arch}", "-std=c++14"])
+        nvrtc.compileProgram(prog, [f"-arch={arch}", _STD])
     except nvrtc.NVRTCError as e:
         log = nvrtc.getProgramLog(prog)
         raise nvrtc.NVRTCError(e.status) from RuntimeError(log)
@@ -34,30 +56,16 @@ def nvrtc_compile(source: str, arch: str = "sm_90", name: str = "kernel.cu") -> 
 
 
 @functools.cache
-def _kernel(source_name: str, kernel: str):
-    source, _ = SOURCES[source_name]
-    return cupy.RawKernel(source, kernel, options=("-std=c++14",))
+def module(name: str) -> cupy.RawModule:
+    """The compiled ``<name>.cu`` (compiled once per process; CuPy caches the binary)."""
+    return cupy.RawModule(code=source(name), options=(_STD,))
 
 
-def dropout_forward(x, p: float, rng=None):
-    """``dropout_forward`` in one launch: the mask drawn by the kernel from the
-    counter-based generator ``rng`` (advanced by ``x.size`` draws, as the op would)."""
-    if rng is None or p == 0.0:
-        return x, DropoutCache(None)
-    if not isinstance(rng, CounterGenerator):
-        raise TypeError("the dropout kernel draws from the counter-based generator only")
-    x = cupy.ascontiguousarray(x)
-    out = cupy.empty_like(x)
-    keep = cupy.empty(x.shape, dtype=bool)
-    n = x.size
-    name = "sf_dropout_f32" if x.dtype == cupy.float32 else "sf_dropout_f64"
-    scale = 1.0 / (1.0 - p)
+def launch(name: str, kernel: str, n: int, args: tuple) -> None:
+    """Run ``kernel`` of ``<name>.cu`` over ``n`` entries (a grid-stride loop inside:
+    at most 65,535 blocks of ``THREADS``)."""
     blocks = min((n + THREADS - 1) // THREADS, 65535) or 1
-    args = (x, out, keep, cupy.uint64(n), cupy.uint64(rng.key), cupy.uint64(rng.counter),
-            x.dtype.type(p), x.dtype.type(scale))  # fmt: skip
-    _kernel("dropout", name)((blocks,), (THREADS,), args)
-    rng.counter += n
-    return out, DropoutCache(keep, scale)
+    module(name).get_function(kernel)((blocks,), (THREADS,), args)
 
 
-__all__ = ["THREADS", "dropout_forward", "nvrtc_compile"]
+__all__ = ["THREADS", "launch", "module", "nvrtc_compile", "source", "sources"]

@@ -26,19 +26,15 @@ from scratchformer.models.transformer import padding_mask
 from scratchformer.nn.layers import Dropout, Embedding, Linear
 from scratchformer.nn.module import Module
 from scratchformer.nn.transformer import Encoder, StackCache
-from scratchformer.ops.dropout import DropoutCache
-from scratchformer.ops.embedding import EmbeddingCache
-from scratchformer.ops.linear import LinearCache
-from scratchformer.ops.loss import LossCache
 from scratchformer.ops.tanh import TanhCache
 
 
 class HeadCache(NamedTuple):
-    drop1: DropoutCache  # on the features (B, D)
-    dense: LinearCache  # (B, D) @ W (D, D) + b
+    drop1: object  # dropout's: on the features (B, D)
+    dense: object  # linear's: (B, D) @ W (D, D) + b
     tanh: TanhCache  # (B, D)
-    drop2: DropoutCache  # (B, D)
-    out: LinearCache  # (B, D) @ W (D, C) + b
+    drop2: object  # dropout's: (B, D)
+    out: object  # linear's: (B, D) @ W (D, C) + b
 
 
 class ClassificationHead(Module):
@@ -67,7 +63,7 @@ class ClassificationHead(Module):
 
 
 class ClassifierCache(NamedTuple):
-    embed: EmbeddingCache  # ids (B, S)
+    embed: object  # embedding's: ids (B, S)
     encoder: StackCache  # h (B, S, D)
     shape: tuple  # (B, S, D) of h, to scatter the head's gradient back to token 0
     head: HeadCache
@@ -75,7 +71,7 @@ class ClassifierCache(NamedTuple):
 
 class ClassifierLossCache(NamedTuple):
     model: ClassifierCache
-    loss: LossCache  # P (B, C), labels
+    loss: object  # cross_entropy's: P (B, C), labels
 
 
 class EncoderClassifier(Module):
@@ -128,7 +124,7 @@ class EncoderClassifier(Module):
             raise ShapeError(f"{labels.shape[0]} labels for a batch of {ids.shape[0]}")
         labels = check_token_ids(labels, self.num_classes, "labels")
         logits, c_model = self.forward(ids, rng)
-        loss, c_loss = kernels.cross_entropy.forward(logits, labels, eps_ls, None)
+        loss, c_loss = kernels.cross_entropy.forward(logits, labels, eps_ls, None, donate=True)
         return loss, ClassifierLossCache(c_model, c_loss)
 
     def loss_backward(self, cache: ClassifierLossCache, dloss=1.0):

@@ -29,20 +29,17 @@ from scratchformer.nn.kv import DecodeStateError, KVCache
 from scratchformer.nn.layers import Embedding
 from scratchformer.nn.module import Module
 from scratchformer.nn.transformer import CausalStack, StackCache
-from scratchformer.ops.embedding import EmbeddingCache
-from scratchformer.ops.linear import LinearCache
-from scratchformer.ops.loss import LossCache
 
 
 class LMCache(NamedTuple):
-    embed: EmbeddingCache  # ids (B, T)
+    embed: object  # embedding's: ids (B, T)
     decoder: StackCache  # h (B, T, D)
-    output: LinearCache  # h (B, T, D) @ E^T
+    output: object  # linear's: h (B, T, D) @ E^T
 
 
 class LMLossCache(NamedTuple):
     model: LMCache
-    loss: LossCache  # P (B, T, V), targets, padding
+    loss: object  # cross_entropy's: P (B, T, V), targets, padding
 
 
 class LanguageModel(Module):
@@ -95,7 +92,9 @@ class LanguageModel(Module):
         logits, c_model = self.forward(ids, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
         # The logits are ours alone: the fused loss turns them into the probabilities.
-        loss, c_loss = kernels.cross_entropy.forward(logits, targets, eps, self.config.pad_id)
+        loss, c_loss = kernels.cross_entropy.forward(
+            logits, targets, eps, self.config.pad_id, donate=True
+        )
         return loss, LMLossCache(c_model, c_loss)
 
     def loss_backward(self, cache: LMLossCache, dloss=1.0):

@@ -32,22 +32,19 @@ from scratchformer.nn.kv import DecodeStateError, KVCache
 from scratchformer.nn.layers import Embedding, Linear
 from scratchformer.nn.module import Module
 from scratchformer.nn.transformer import Decoder, Encoder, StackCache
-from scratchformer.ops.embedding import EmbeddingCache
-from scratchformer.ops.linear import LinearCache
-from scratchformer.ops.loss import LossCache
 
 
 class TransformerCache(NamedTuple):
-    src_embed: EmbeddingCache  # src (B, S) ids
+    src_embed: object  # embedding's: src (B, S) ids
     encoder: StackCache  # memory (B, S, D)
-    tgt_embed: EmbeddingCache  # tgt_in (B, T) ids
+    tgt_embed: object  # embedding's: tgt_in (B, T) ids
     decoder: StackCache  # h (B, T, D)
-    output: LinearCache  # h (B, T, D) @ E^T (or @ W)
+    output: object  # linear's: h (B, T, D) @ E^T (or @ W)
 
 
 class TransformerLossCache(NamedTuple):
     model: TransformerCache
-    loss: LossCache  # P (B, T, V), targets, padding mask, n_tokens
+    loss: object  # cross_entropy's: P (B, T, V), targets, padding mask, n_tokens
 
 
 def padding_mask(ids, pad_id: int):
@@ -198,7 +195,9 @@ class Transformer(Module):
         logits, c_model = self._forward(src, tgt_in, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
         # The logits are ours alone: the fused loss turns them into the probabilities.
-        loss, c_loss = kernels.cross_entropy.forward(logits, tgt_out, eps, self.config.pad_id)
+        loss, c_loss = kernels.cross_entropy.forward(
+            logits, tgt_out, eps, self.config.pad_id, donate=True
+        )
         return loss, TransformerLossCache(c_model, c_loss)
 
     def loss_backward(self, cache: TransformerLossCache, dloss=1.0):

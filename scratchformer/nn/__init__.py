@@ -5,7 +5,6 @@ Importing the package registers every attention variant (nn.attention.ATTENTION_
 
 from scratchformer.nn.attention import (
     ATTENTION_VARIANTS,
-    LogitsAttention,
     MultiHeadAttention,
     attention_variant,
     register_attention,
@@ -36,7 +35,6 @@ __all__ = [
     "LayerNorm",
     "Linear",
     "LocalMultiHeadAttention",
-    "LogitsAttention",
     "Module",
     "ModuleList",
     "MultiHeadAttention",

@@ -8,9 +8,20 @@ The per-head matrices are stored side by side: ``W_q`` (D, H*Dh), ``W_k`` (D, H*
 ``W_v`` (D, H*Dv), ``W_o`` (H*Dv, D); a reshape splits the heads, so there is no Python
 loop over heads. No biases, as in the paper's equations.
 
-Every variant keeps the projections, the heads and ``W_o`` and changes only ``attend``,
-the per-head attention between them. A variant is a class registered under its config
-name (``TransformerConfig.attention``) that says what it needs:
+The per-head attention between the projections (``attend``) is three steps, each a
+call into the kernel seam:
+
+    1. ``Z = logits(Q, K)``      the paper's ``Q K^T / sqrt(d_k)`` here
+    2. ``O = core(Z, V)``        masked softmax, dropout, product with V: the one
+                                 attention core (kernels/attention_core.py)
+    3. ``O = values(O, A')``     a term of the output that reads the weights again
+                                 (none here)
+
+A variant is a subclass registered under its config name (``TransformerConfig.attention``)
+that writes only what differs: its ``logits`` / ``logits_backward`` (Shaw's, the skew's),
+its ``values`` / ``values_backward`` (Shaw's), or the shape the core sees (local
+attention's blocks); the core is never written again, so one implementation of it
+(fused, in place, a learner's) serves every variant. A variant says what it needs:
 
     kind               its name in the config ("dense", "relative", ...)
     causal_only        it needs the causal mask (an encoder cannot use it)
@@ -18,11 +29,11 @@ name (``TransformerConfig.attention``) that says what it needs:
     decodes_at_offset  incremental decoding (queries at positions offset ..) works
     blockwise          memory-efficient attention (``attention_block``) applies
 
-A variant defined by its logits (and perhaps a term of its output that reads the
-attention weights again) subclasses ``LogitsAttention`` and writes only ``logits`` /
-``logits_backward`` (and ``values`` / ``values_backward``): the softmax, the dropout and
-the product with V are the attention core of ops/attention.py, called through the
-kernel seam.
+Memory-efficient attention (``attention_block`` M) runs the same three steps on blocks
+of M queries (their logits at their positions: ``offset``), keeping none of a block's
+(M, S) arrays: the backward computes each block's forward again (its dropout drawn
+again from a copy of the generator) and back-propagates through it. Only one
+(B, H, M, S) block of scores exists at a time, for every variant.
 
 Causality is the module's: a module made with ``causal=True`` adds the causal mask of
 its queries' positions to whatever mask it is given (padding), so models pass padding
@@ -36,19 +47,33 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer import backend, kernels
+from scratchformer import backend, device, kernels
 from scratchformer.nn.module import Module, xavier_uniform
 from scratchformer.ops.attention import causal_mask
-from scratchformer.ops.blockwise_attention import BlockwiseAttentionCache
-from scratchformer.ops.linear import LinearCache
 
 
 class MultiHeadAttentionCache(NamedTuple):
-    q_proj: LinearCache  # x_q (B, T, D) @ W_q -> (B, T, H*Dh)
-    k_proj: LinearCache  # x_kv (B, S, D) @ W_k -> (B, S, H*Dh)
-    v_proj: LinearCache  # x_kv (B, S, D) @ W_v -> (B, S, H*Dv)
-    attn: object  # the cache of ``attend`` (AttentionCache for dense attention)
-    o_proj: LinearCache  # concatenated heads (B, T, H*Dv) @ W_o -> (B, T, D)
+    q_proj: object  # linear's: x_q (B, T, D) @ W_q -> (B, T, H*Dh)
+    k_proj: object  # linear's: x_kv (B, S, D) @ W_k -> (B, S, H*Dh)
+    v_proj: object  # linear's: x_kv (B, S, D) @ W_v -> (B, S, H*Dv)
+    attn: object  # the cache of ``attend`` (an AttendCache, or a variant's own)
+    o_proj: object  # linear's: concatenated heads (B, T, H*Dv) @ W_o -> (B, T, D)
+
+
+class AttendCache(NamedTuple):
+    logits: object  # the logits' cache (the dot_product_logits table's, or a variant's)
+    core: object  # the attention core's: softmax, dropout, V
+    values: object  # the value term's cache (None without one)
+
+
+class BlockwiseCache(NamedTuple):
+    Q: object  # (B, H, T, Dh)
+    K: object  # (B, H, S, Dh)
+    V: object  # (B, H, S, Dv)
+    mask: object  # bool broadcastable to (B, H, T, S), or None
+    offset: int  # the position of the first query
+    block: int  # M, queries per block
+    replay: object  # the dropout generator as it was before block 0 (None: dropout off)
 
 
 def split_heads(x, h: int):
@@ -108,7 +133,7 @@ class MultiHeadAttention(Module):
     blockwise = True
 
     #: query block size of memory-efficient attention (None: dense); see
-    #: ``set_attention_block`` and ops/blockwise_attention.py.
+    #: ``set_attention_block`` and the module doc.
     attention_block: int | None = None
 
     def __init__(
@@ -154,7 +179,7 @@ class MultiHeadAttention(Module):
         y, cache = kernels.linear.forward(x, self.params[name])  # (B, L, H*Dh)
         return split_heads(y, self.h), cache
 
-    def _project_backward(self, dY, cache: LinearCache, name: str):
+    def _project_backward(self, dY, cache, name: str):
         """The reverse of ``_project``: dY (B, H, L, Dh) -> dx (B, L, D); adds dW."""
         dx, dW, _ = kernels.linear.backward(merge_heads(dY), cache)
         self.grads[name] += dW
@@ -205,25 +230,102 @@ class MultiHeadAttention(Module):
         c = causal_mask(T, S, offset)  # (T, S)
         return c if mask is None else mask & c
 
+    def logits(self, Q, K, offset: int = 0):
+        """Step 1: ``Z = Q K^T / sqrt(d_k)`` (B, H, T, S), fresh (the core may work in
+        its buffer), and its cache. A variant with other logits replaces this (queries
+        at positions ``offset ..``; the paper's logits do not depend on it)."""
+        return kernels.dot_product_logits.forward(Q, K)
+
+    def logits_backward(self, dZ, cache):
+        """``(dQ, dK)``; a variant with parameters of its own adds into ``self.grads``."""
+        return kernels.dot_product_logits.backward(dZ, cache, donate=True)
+
+    def values(self, O, core, logits_cache):
+        """Step 3: ``O`` (B, H, T, Dv) = the core's ``A' V``  ->  the output and a cache
+        (a variant's term reads ``kernels.attention_core.dropped_weights(core)``)."""
+        return O, None
+
+    def values_backward(self, dO, cache):
+        """The extra gradient of the post-dropout weights ``A'`` (None: no value term)."""
+        return None
+
     def attend(self, Q, K, V, mask=None, rng=None, offset: int = 0):
-        """The per-head attention between the projections: scaled dot-product attention
-        here. Q (B, H, T, Dh) at positions ``offset ..``, K (B, H, S, Dh), V (B, H, S, Dv)
-        ->  (B, H, T, Dv). With ``attention_block`` set, the memory-efficient blockwise
-        form (the same function; only a (B, H, block, S) slice of the scores at a time).
-        """
+        """The per-head attention between the projections. Q (B, H, T, Dh) at positions
+        ``offset ..``, K (B, H, S, Dh), V (B, H, S, Dv), mask bool broadcastable to
+        (B, H, T, S)  ->  (B, H, T, Dv). With ``attention_block`` set (and more queries
+        than a block), the same function computed a block of queries at a time."""
         mask = self.attention_mask(mask, Q.shape[-2], K.shape[-2], offset)
-        if self.attention_block:
-            return kernels.blockwise_attention.forward(
-                Q, K, V, mask, self.attention_block, self.P_drop_attn, rng
-            )
-        return kernels.attention.forward(Q, K, V, mask, self.P_drop_attn, rng)
+        if self.attention_block and Q.shape[-2] > self.attention_block:
+            return self._attend_blockwise(Q, K, V, mask, rng, offset)
+        return self.attend_masked(Q, K, V, mask, rng, offset)
+
+    def attend_masked(self, Q, K, V, mask=None, rng=None, offset: int = 0):
+        """The three steps with the mask as given (causality already in it):
+        1. ``Z = logits(Q, K)``  2. ``O = core(Z, V)``  3. ``O = values(O, A')``."""
+        Z, c_logits = self.logits(Q, K, offset)  # (B, H, T, S)
+        O, c_core = kernels.attention_core.forward(
+            Z, V, mask, self.P_drop_attn, rng, donate=True
+        )  # (B, H, T, Dv)
+        O, c_values = self.values(O, c_core, c_logits)
+        return O, AttendCache(c_logits, c_core, c_values)
 
     def attend_backward(self, dO, cache):
-        """Returns ``(dQ, dK, dV)``; a variant with parameters of its own adds into
-        ``self.grads`` here."""
-        if isinstance(cache, BlockwiseAttentionCache):
-            return kernels.blockwise_attention.backward(dO, cache)
-        return kernels.attention.backward(dO, cache)
+        """Returns ``(dQ, dK, dV)``: 3. ``dA'`` of the value term  2. ``dZ, dV`` of the
+        core  1. ``dQ, dK`` of the logits."""
+        if isinstance(cache, BlockwiseCache):
+            return self._attend_blockwise_backward(dO, cache)
+        dA_drop = self.values_backward(dO, cache.values)
+        dZ, dV = kernels.attention_core.backward(dO, cache.core, dA_drop)
+        dQ, dK = self.logits_backward(dZ, cache.logits)
+        return dQ, dK, dV
+
+    def weights(self, cache: MultiHeadAttentionCache):
+        """The attention weights ``A`` (B, H, T, S) before dropout, of a forward's cache
+        (for plots); None where the variant keeps no (T, S) weights (blocks)."""
+        if not isinstance(cache.attn, AttendCache) or cache.attn.core is None:
+            return None
+        return kernels.attention_core.weights(cache.attn.core)
+
+    # -- memory-efficient: blocks of queries, each computed again in the backward -------
+    def _attend_blockwise(self, Q, K, V, mask, rng, offset: int):
+        """``attend_masked`` on blocks of ``attention_block`` queries; nothing of a
+        block is kept (see the module doc)."""
+        M, T = int(self.attention_block), Q.shape[-2]
+        on = rng is not None and self.P_drop_attn > 0.0
+        replay = device.fork(rng) if on else None
+        O = backend.xp.empty(Q.shape[:-1] + V.shape[-1:], dtype=V.dtype)  # (B, H, T, Dv)
+        for i0 in range(0, T, M):
+            i1 = min(i0 + M, T)
+            O_b, _ = self.attend_masked(
+                Q[..., i0:i1, :], K, V, _mask_rows(mask, i0, i1), rng if on else None, offset + i0
+            )
+            O[..., i0:i1, :] = O_b
+        return O, BlockwiseCache(Q, K, V, mask, offset, M, replay)
+
+    def _attend_blockwise_backward(self, dO, cache: BlockwiseCache):
+        """Per block, in the forward's order: its forward again (the same dropout masks,
+        from the copy of the generator), then its backward; dK and dV add up."""
+        Q, K, V, M = cache.Q, cache.K, cache.V, cache.block
+        rng = None if cache.replay is None else device.fork(cache.replay)
+        xp = backend.xp
+        dQ = xp.empty(Q.shape, dtype=dO.dtype)
+        dK = xp.zeros(K.shape, dtype=dO.dtype)
+        dV = xp.zeros(V.shape, dtype=dO.dtype)
+        for i0 in range(0, Q.shape[-2], M):
+            i1 = min(i0 + M, Q.shape[-2])
+            mask = _mask_rows(cache.mask, i0, i1)
+            _, c = self.attend_masked(Q[..., i0:i1, :], K, V, mask, rng, cache.offset + i0)
+            dO_b = dO[..., i0:i1, :]
+            # attend_backward's steps, each block's weights let go before its logits'
+            dA_drop = self.values_backward(dO_b, c.values)
+            dZ, dV_b = kernels.attention_core.backward(dO_b, c.core, dA_drop)
+            dV += dV_b
+            c_logits = c.logits
+            del c, dV_b, dA_drop  # the block's weights: one (B, H, M, S) array less held
+            dQ[..., i0:i1, :], dK_b = self.logits_backward(dZ, c_logits)
+            dK += dK_b
+            del dZ, dK_b  # not held while the next block is made
+        return dQ, dK, dV
 
     # -- inference (decoding): the same forward pieces, dropout off, caches dropped -----
     def project_kv(self, x_kv):
@@ -260,59 +362,19 @@ class MultiHeadAttention(Module):
         return self.infer(x_new, K, V, offset=length)
 
 
-class VariantAttentionCache(NamedTuple):
-    logits: object  # the variant's logits cache
-    core: object  # AttentionCoreCache: softmax, dropout, V
-    values: object  # the cache of the variant's value term (None without one)
-
-
-class LogitsAttention(MultiHeadAttention):
-    """A variant defined by its logits: ``attend`` = ``logits`` -> the attention core ->
-    ``values`` (a term of the output that reads the weights again; none by default).
-
-    A subclass writes ``logits(Q, K, offset) -> (Z, cache)`` (Z fresh: the core may
-    work in its buffer) and ``logits_backward(dZ, cache) -> (dQ, dK)``, adding the
-    gradients of its own parameters into ``self.grads``.
-    """
-
-    blockwise = False
-
-    def logits(self, Q, K, offset: int = 0):
-        raise NotImplementedError
-
-    def logits_backward(self, dZ, cache):
-        raise NotImplementedError
-
-    def values(self, O, A_drop, logits_cache):
-        """``O`` (B, H, T, Dv) = the core's ``A' V``  ->  the output and a cache."""
-        return O, None
-
-    def values_backward(self, dO, cache):
-        """The extra gradient of the post-dropout weights ``A'`` (None: no value term)."""
-        return None
-
-    def attend(self, Q, K, V, mask=None, rng=None, offset: int = 0):
-        """1. ``Z = logits(Q, K)``  2. ``O = core(Z, V)``  3. ``O = values(O, A')``."""
-        mask = self.attention_mask(mask, Q.shape[-2], K.shape[-2], offset)
-        Z, c_logits = self.logits(Q, K, offset)  # (B, H, T, S)
-        O, c_core = kernels.attention_core.forward(Z, V, mask, self.P_drop_attn, rng)
-        O, c_values = self.values(O, c_core.A_drop, c_logits)
-        return O, VariantAttentionCache(c_logits, c_core, c_values)
-
-    def attend_backward(self, dO, cache: VariantAttentionCache):
-        """3. ``dA'`` of the value term  2. ``dZ, dV`` of the core  1. ``dQ, dK``."""
-        dA_drop = self.values_backward(dO, cache.values)
-        dZ, dV = kernels.attention_core.backward(dO, cache.core, dA_drop)
-        dQ, dK = self.logits_backward(dZ, cache.logits)
-        return dQ, dK, dV
+def _mask_rows(mask, i0: int, i1: int):
+    """The rows ``i0:i1`` of a mask broadcastable to (..., T, S) (a row axis of 1 stays)."""
+    if mask is None or mask.ndim < 2 or mask.shape[-2] == 1:
+        return mask
+    return mask[..., i0:i1, :]
 
 
 __all__ = [
     "ATTENTION_VARIANTS",
-    "LogitsAttention",
+    "AttendCache",
+    "BlockwiseCache",
     "MultiHeadAttention",
     "MultiHeadAttentionCache",
-    "VariantAttentionCache",
     "attention_variant",
     "merge_heads",
     "register_attention",

@@ -11,11 +11,7 @@ from typing import NamedTuple
 
 from scratchformer import backend, kernels
 from scratchformer.nn.module import Module, allocating, normal, ones, xavier_uniform, zeros
-from scratchformer.ops.dropout import DropoutCache
-from scratchformer.ops.embedding import EmbeddingCache
-from scratchformer.ops.layernorm import LayerNormCache
-from scratchformer.ops.linear import LinearCache
-from scratchformer.ops.positional import PositionalCache, sinusoidal_table
+from scratchformer.ops.positional import sinusoidal_table
 
 
 class Linear(Module):
@@ -31,7 +27,7 @@ class Linear(Module):
     def forward(self, x):
         return kernels.linear.forward(x, self.params["W"], self.params.get("b"))
 
-    def backward(self, dout, cache: LinearCache):
+    def backward(self, dout, cache):
         dx, dW, db = kernels.linear.backward(dout, cache)
         self.grads["W"] += dW
         if db is not None:
@@ -62,7 +58,7 @@ class Embedding(Module):
             out = out * self.scale
         return out, cache
 
-    def backward(self, dout, cache: EmbeddingCache):
+    def backward(self, dout, cache):
         """``grads["E"] += embedding_backward(dout * scale)``: repeated ids accumulate,
         the pad row gets nothing (added into the gradient itself where the chosen
         implementation can: ``backward_into``)."""
@@ -74,7 +70,7 @@ class Embedding(Module):
         """Tied output projection: h (B, T, D)  ->  logits (B, T, V) = h E^T (unscaled)."""
         return kernels.linear.forward(h, self.params["E"].T)
 
-    def project_backward(self, dlogits, cache: LinearCache):
+    def project_backward(self, dlogits, cache):
         """``dh = dlogits E``; ``dE += dlogits^T h`` (the transpose of linear's dW)."""
         dh, dET, _ = kernels.linear.backward(dlogits, cache)
         self.grads["E"] += dET.T
@@ -104,7 +100,7 @@ class PositionalEncoding(Module):
         """x (B, T, D)  ->  x + P[offset : offset + T]."""
         return kernels.positional.forward(x, self._P(), offset)
 
-    def backward(self, dout, cache: PositionalCache):
+    def backward(self, dout, cache):
         dx, dP = kernels.positional.backward(dout, cache)
         if self.kind == "learned":
             self.grads["P"] += dP
@@ -123,7 +119,7 @@ class LayerNorm(Module):
     def forward(self, x):
         return kernels.layernorm.forward(x, self.params["gamma"], self.params["beta"], self.eps)
 
-    def backward(self, dout, cache: LayerNormCache):
+    def backward(self, dout, cache):
         dx, dgamma, dbeta = kernels.layernorm.backward(dout, cache)
         self.grads["gamma"] += dgamma
         self.grads["beta"] += dbeta
@@ -142,13 +138,13 @@ class Dropout(Module):
     def forward(self, x, rng=None):
         return kernels.dropout.forward(x, self.p, rng)
 
-    def backward(self, dout, cache: DropoutCache):
+    def backward(self, dout, cache):
         return kernels.dropout.backward(dout, cache)
 
 
 class AddNormCache(NamedTuple):
-    norm: LayerNormCache | None  # the LayerNorm of this step (None if it had none)
-    dropout: DropoutCache | None  # the residual dropout (exit step only)
+    norm: object  # enter: the layernorm's cache (pre-LN), else None
+    exit: object  # exit: the add_norm_exit's cache (dropout, residual, LayerNorm if post)
 
 
 class AddNorm(Module):
@@ -157,9 +153,11 @@ class AddNorm(Module):
     post-LN (the paper):  y = LayerNorm(x + Dropout(Sublayer(x)))
     pre-LN:               y = x + Dropout(Sublayer(LayerNorm(x)))
 
-    It owns the LayerNorm's ``gamma`` and ``beta`` (D,) and a ``Dropout``, and applies
-    the layer-norm op on the side the variant puts it. Used in two steps around the
-    sub-layer so that any sub-layer fits:
+    It owns the LayerNorm's ``gamma`` and ``beta`` (D,) and the dropout rate, and
+    applies the layer-norm op on the side the variant puts it: ``enter`` is the
+    LayerNorm (pre-LN) or nothing; ``exit`` is the seam's ``add_norm_exit`` (dropout,
+    the residual add, and the LayerNorm for post-LN: one fused kernel where there is
+    one). Used in two steps around the sub-layer so that any sub-layer fits:
 
         s_in, c_in = addnorm.enter(x)               # LayerNorm(x) (pre) or x (post)
         s, c_s = sublayer(s_in)
@@ -180,7 +178,7 @@ class AddNorm(Module):
     def _norm(self, x):
         return kernels.layernorm.forward(x, self.params["gamma"], self.params["beta"], self.eps)
 
-    def _norm_backward(self, dout, cache: LayerNormCache):
+    def _norm_backward(self, dout, cache):
         dx, dgamma, dbeta = kernels.layernorm.backward(dout, cache)
         self.grads["gamma"] += dgamma
         self.grads["beta"] += dbeta
@@ -198,24 +196,29 @@ class AddNorm(Module):
         return ds_in
 
     def exit(self, x, s, rng=None):
-        s_drop, c_drop = self.dropout.forward(s, rng)
-        r = x + s_drop
-        if self.norm_first:
-            return r, AddNormCache(None, c_drop)
-        y, c_norm = self._norm(r)
-        return y, AddNormCache(c_norm, c_drop)
+        """``LayerNorm(x + Dropout(s))`` (post-LN) or ``x + Dropout(s)`` (pre-LN); the
+        sub-layer's output ``s`` is given up."""
+        p = self.params
+        gamma, beta = (None, None) if self.norm_first else (p["gamma"], p["beta"])
+        y, c = kernels.add_norm_exit.forward(
+            x, s, gamma, beta, self.eps, self.dropout.p, rng, donate=True
+        )
+        return y, AddNormCache(None, c)
 
     def exit_backward(self, dy, cache: AddNormCache):
         """Returns ``(dx, ds)``: the residual path's gradient and the sub-layer output's."""
-        dr = dy if self.norm_first else self._norm_backward(dy, cache.norm)
-        return dr, self.dropout.backward(dr, cache.dropout)
+        dx, ds, dgamma, dbeta = kernels.add_norm_exit.backward(dy, cache.exit)
+        if dgamma is not None:
+            self.grads["gamma"] += dgamma
+            self.grads["beta"] += dbeta
+        return dx, ds
 
 
 class FeedForwardCache(NamedTuple):
-    lin1: LinearCache  # x (B, T, D)
-    act: object  # activation cache (ReLU mask or GELU inputs)
-    drop: DropoutCache  # activation dropout (off by default, as in the paper)
-    lin2: LinearCache  # hidden (B, T, F)
+    lin1: object  # linear's: x (B, T, D)
+    act: object  # the activation's (ReLU mask or GELU inputs)
+    drop: object  # dropout's: activation dropout (off by default, as in the paper)
+    lin2: object  # linear's: hidden (B, T, F)
 
 
 class PositionwiseFeedForward(Module):
@@ -228,19 +231,24 @@ class PositionwiseFeedForward(Module):
             raise ValueError(
                 f"unknown activation {activation!r}: expected one of {list(kernels.ACTIVATIONS)}"
             )
-        # the hidden arrays are this module's alone: the activation may work in their buffer
-        self.activation = kernels.ACTIVATIONS[activation]
+        self.activation_name = activation
         self.dropout = Dropout(P_drop_ffn)
         self.add_parameter("W_1", xavier_uniform(rng, d_model, d_ff))
         self.add_parameter("b_1", zeros(d_ff))
         self.add_parameter("W_2", xavier_uniform(rng, d_ff, d_model))
         self.add_parameter("b_2", zeros(d_model))
 
+    @property
+    def activation(self):
+        """The activation's op in the kernel seam (looked up by name: a copy of the module
+        calls the same table)."""
+        return kernels.ACTIVATIONS[self.activation_name]
+
     def forward(self, x, rng=None):
         """x (B, T, D)  ->  (B, T, D)."""
         p = self.params
         u, c1 = kernels.linear.forward(x, p["W_1"], p["b_1"])  # (B, T, F)
-        a, c_act = self.activation.forward(u)  # u is given up
+        a, c_act = self.activation.forward(u, donate=True)  # u is ours alone
         a, c_drop = self.dropout.forward(a, rng)
         out, c2 = kernels.linear.forward(a, p["W_2"], p["b_2"])  # (B, T, D)
         return out, FeedForwardCache(c1, c_act, c_drop, c2)
@@ -249,7 +257,7 @@ class PositionwiseFeedForward(Module):
         g = self.grads
         da, dW_2, db_2 = kernels.linear.backward(dout, cache.lin2)
         da = self.dropout.backward(da, cache.drop)
-        du = self.activation.backward(da, cache.act)  # da is fresh: given up
+        du = self.activation.backward(da, cache.act, donate=True)  # da is fresh
         dx, dW_1, db_1 = kernels.linear.backward(du, cache.lin1)
         g["W_2"] += dW_2
         g["b_2"] += db_2

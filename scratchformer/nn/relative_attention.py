@@ -1,10 +1,10 @@
 """Relative position self-attention modules: Shaw et al. and the Music Transformer skew.
 
-Both are ``LogitsAttention`` variants: they keep ``MultiHeadAttention``'s projections,
-heads and ``W_o``, and the attention core; each writes only its own logits (and Shaw its
-value term), from the pairs of ops/relative_attention.py. The logits take the position
-of the first query (``offset``), so that ``infer`` and ``step`` (incremental decoding)
-reuse them.
+Both keep ``MultiHeadAttention``'s projections, heads and ``W_o``, and its attention
+core; each writes only its own logits (and Shaw its value term), from the pairs of
+ops/relative_attention.py through the kernel seam. The logits take the position of the
+first query (``offset``), so that ``infer`` and ``step`` (incremental decoding) and
+memory-efficient attention's blocks of queries reuse them.
 
     RelativeMultiHeadAttention   Shaw: ``E_k``, ``E_v`` (2k+1, Dh|Dv), shared by the heads
     SkewMultiHeadAttention       Music Transformer: ``E_r`` (H, k+1, Dh), one per head,
@@ -17,12 +17,12 @@ Dimension key: ``B`` batch, ``T`` queries, ``S`` keys, ``D`` d_model, ``H`` head
 from __future__ import annotations
 
 from scratchformer import backend, kernels
-from scratchformer.nn.attention import LogitsAttention, register_attention
+from scratchformer.nn.attention import MultiHeadAttention, register_attention
 from scratchformer.nn.module import normal
 
 
 @register_attention
-class RelativeMultiHeadAttention(LogitsAttention):
+class RelativeMultiHeadAttention(MultiHeadAttention):
     """Shaw et al. (2018): relative distances clipped to +-k, learned key and value
     embeddings ``E_k`` (2k+1, Dh) and ``E_v`` (2k+1, Dv), shared by the heads.
 
@@ -53,8 +53,10 @@ class RelativeMultiHeadAttention(LogitsAttention):
         self.grads["E_k"] += dE_k
         return dQ, dK
 
-    def values(self, O, A_drop, logits_cache):
-        return kernels.shaw_values.forward(O, A_drop, self.params["E_v"], logits_cache.idx)
+    def values(self, O, core, logits_cache):
+        A_drop = kernels.attention_core.dropped_weights(core)  # (B, H, T, S)
+        idx = kernels.shaw_logits.idx(logits_cache)  # (T, S)
+        return kernels.shaw_values.forward(O, A_drop, self.params["E_v"], idx)
 
     def values_backward(self, dO, cache):
         dA_drop, dE_v = kernels.shaw_values.backward(dO, cache)
@@ -63,7 +65,7 @@ class RelativeMultiHeadAttention(LogitsAttention):
 
 
 @register_attention
-class SkewMultiHeadAttention(LogitsAttention):
+class SkewMultiHeadAttention(MultiHeadAttention):
     """Music Transformer relative attention (Huang et al., 2018) with the skew trick.
 
     ``Z = s (Q K^T + Skew(Q Er_L^T))``: one learned ``E_r`` (H, k+1, Dh) per layer, row d

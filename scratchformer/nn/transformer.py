@@ -35,9 +35,6 @@ from scratchformer.nn.layers import (
     PositionwiseFeedForward,
 )
 from scratchformer.nn.module import Module, ModuleList
-from scratchformer.ops.dropout import DropoutCache
-from scratchformer.ops.layernorm import LayerNormCache
-from scratchformer.ops.positional import PositionalCache
 
 
 def make_self_attention(cfg, rng, causal: bool) -> MultiHeadAttention:
@@ -215,10 +212,10 @@ class DecoderLayer(Module):
 
 
 class StackCache(NamedTuple):
-    positions: PositionalCache  # adding positions to the embeddings
-    dropout: DropoutCache  # dropout on embeddings + positions
+    positions: object  # positional's: adding positions to the embeddings
+    dropout: object  # dropout's: dropout on embeddings + positions
     layers: list  # one cache per layer
-    norm: LayerNormCache | None  # final LayerNorm (pre-LN only)
+    norm: object  # layernorm's (or None): final LayerNorm (pre-LN only)
 
 
 class _Stack(Module):

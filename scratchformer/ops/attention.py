@@ -13,8 +13,8 @@ output reads ``A'`` once more:
     dense (the paper)    Z = Q K^T / sqrt(d_k)                        this file
     Shaw et al.          Z += Q E_k[idx]^T, O += scatter(A', idx) E_v   ops/relative_attention.py
     Music Transformer    Z += Skew(Q E_r^T)                             ops/relative_attention.py
-    local (1-D blocks)   the dense op on blocked queries and windows  ops/local_attention.py
-    memory-efficient     the core on blocks of queries, P recomputed  ops/blockwise_attention.py
+    local (1-D blocks)   the dense steps on blocked queries and windows  nn/local_attention.py
+    memory-efficient     the same steps on blocks of queries, recomputed  nn/attention.py
 
 Dimension key: ``B`` batch, ``H`` heads, ``T`` queries, ``S`` keys, ``Dh`` d_k, ``Dv`` d_v;
 ``...`` any leading dims (the core also serves local attention's (B, H, nb, M, 2M)).

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer import device
 from scratchformer.backend import xp
 
 
@@ -23,44 +22,33 @@ class LayerNormCache(NamedTuple):
 def layernorm_forward(x, gamma, beta, eps: float = 1e-5):
     """x (..., D), gamma (D,), beta (D,)  ->  out (..., D).
 
-    Row means as a product with a (D,) vector of 1/D (a BLAS matrix-vector product, much
-    faster than NumPy's reduction over short rows) and the variance as a row dot product;
-    ``xhat`` is built in the buffer of ``x - mu``. Two (..., D) arrays are allocated:
-    ``xhat`` (kept for backward) and the output.
+    1. ``mu = mean(x)``, ``var = mean((x - mu)^2)`` over the last axis (biased)
+    2. ``xhat = (x - mu) / sqrt(var + eps)``
+    3. ``out = gamma * xhat + beta``
     """
-    d = x.shape[-1]
-    mu = x @ xp.full(d, 1.0 / d, dtype=x.dtype)  # (...,)
-    xhat = x - mu[..., None]  # (..., D), x - mu for now
-    var = device.rowdot(xhat, xhat) * (1.0 / d)  # (...,) biased variance
-    rstd = (1.0 / xp.sqrt(var + eps))[..., None].astype(x.dtype)  # (..., 1)
-    xhat *= rstd
-    out = xhat * gamma
-    out += beta
+    mu = x.mean(axis=-1, keepdims=True)  # (..., 1)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)  # (..., 1)
+    rstd = 1.0 / xp.sqrt(var + eps)  # (..., 1)
+    xhat = (x - mu) * rstd  # (..., D)
+    out = gamma * xhat + beta
     return out, LayerNormCache(xhat, rstd, gamma)
 
 
 def layernorm_backward(dout, cache: LayerNormCache):
     """Closed form, no D x D Jacobian:
 
-    ``dxhat = dout * gamma``
-    ``dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))``
-    ``dgamma = sum(dout * xhat)``, ``dbeta = sum(dout)`` over all leading axes.
-    Returns ``(dx, dgamma, dbeta)``. ``dx`` is built in the buffer of ``dxhat``; the
-    sums over rows are products with a vector of ones.
+    3. ``dxhat = dout * gamma``; ``dgamma = sum(dout * xhat)``, ``dbeta = sum(dout)``
+       over all leading axes
+    2-1. ``dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))``
+
+    Returns ``(dx, dgamma, dbeta)``.
     """
     xhat, rstd, gamma = cache
-    d = xhat.shape[-1]
-    dxhat = dout * gamma  # (..., D), becomes dx
-    inv_d = xp.full(d, 1.0 / d, dtype=dxhat.dtype)
-    mean_dxhat = dxhat @ inv_d  # (...,)
-    mean_dxhat_xhat = device.rowdot(dxhat, xhat) * (1.0 / d)  # (...,)
-    t = xhat * mean_dxhat_xhat[..., None].astype(dxhat.dtype)
-    dxhat -= mean_dxhat[..., None]
-    dxhat -= t
-    dxhat *= rstd
-    dout2 = dout.reshape(-1, d)  # (N, D)
-    ones = xp.ones(dout2.shape[0], dtype=dout.dtype)
-    xp.multiply(dout, xhat, out=t)
-    dgamma = ones @ t.reshape(-1, d)
-    dbeta = ones @ dout2
-    return dxhat, dgamma, dbeta
+    dxhat = dout * gamma  # (..., D)
+    mean_dxhat = dxhat.mean(axis=-1, keepdims=True)  # (..., 1)
+    mean_dxhat_xhat = (dxhat * xhat).mean(axis=-1, keepdims=True)  # (..., 1)
+    dx = rstd * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat)
+    lead = tuple(range(dout.ndim - 1))
+    dgamma = (dout * xhat).sum(axis=lead)  # (D,)
+    dbeta = dout.sum(axis=lead)  # (D,)
+    return dx, dgamma, dbeta

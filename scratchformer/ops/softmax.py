@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer import device
 from scratchformer.backend import xp
 
 
@@ -40,7 +39,7 @@ def softmax_backward(dout, cache: SoftmaxCache):
     Masked entries have P = 0 and so get zero gradient.
     """
     P = cache.P
-    return (dout - device.rowdot(dout, P)[..., None]) * P
+    return (dout - (dout * P).sum(axis=-1, keepdims=True)) * P
 
 
 class LogSoftmaxCache(NamedTuple):

@@ -15,18 +15,16 @@ the parameter before this step's Adam update (Loshchilov and Hutter, 2019), so i
 independent of the gradient scale.
 
 All of it runs over flat buffers (``nn/flat.py``): the parameters, the gradients and
-each moment are one array, so a step is a few passes over four arrays, whatever the
-number of tensors. On the CPU the passes go through the arrays in blocks that stay in
-the cache (``device.pass_block``: every pass of a block reads what the previous one
-wrote while it is still there); on a GPU in one piece. A tied matrix is one parameter and has
-one slice of the moments. In checkpoints the moments are stored per parameter name.
+each moment are one array, so a step is one call of the kernel seam's ``adam_update``
+over four arrays, whatever the number of tensors (ops/adam.py is its reference; the
+seam chooses its fastest form: on the CPU, passes in cache-sized blocks). A tied matrix
+is one parameter and has one slice of the moments. In checkpoints the moments are
+stored per parameter name.
 """
 
 from __future__ import annotations
 
-import math
-
-from scratchformer import backend, device
+from scratchformer import backend, kernels
 from scratchformer.errors import ScratchformerError
 from scratchformer.nn.flat import FlatParameters
 
@@ -62,35 +60,14 @@ class Adam:
         xp = backend.xp
         self.m = xp.zeros_like(flat.params)  # first moments
         self.v = xp.zeros_like(flat.params)  # second moments
-        self._block = device.pass_block(flat.size)  # entries per block of the passes
-        self._tmp = xp.empty(self._block, dtype=flat.dtype)  # the one scratch array
 
     def step(self, lr: float) -> None:
         """Apply one Adam update with learning rate ``lr`` to every parameter, in place."""
         self.t += 1
-        b1, b2, t = self.beta1, self.beta2, self.t
-        # Fold both bias corrections into scalars: m_hat = m / c1, sqrt(v_hat) = sqrt(v) / c2,
-        # so lr * m_hat / (sqrt(v_hat) + eps) = (lr c2 / c1) * m / (sqrt(v) + eps c2).
-        c1 = 1.0 - b1**t
-        c2 = math.sqrt(1.0 - b2**t)
-        step_size, eps2 = lr * c2 / c1, self.eps * c2
-        decay = 1.0 - lr * self.weight_decay
-        theta, g, m, v = self.flat.params, self.flat.grads, self.m, self.v
-        n = self.flat.size
-        for i in range(0, n, self._block):
-            j = min(i + self._block, n)
-            _update(
-                theta[i:j],
-                g[i:j],
-                m[i:j],
-                v[i:j],
-                self._tmp[: j - i],
-                b1,
-                b2,
-                step_size,
-                eps2,
-                decay,
-            )
+        kernels.adam_update.update(
+            self.flat.params, self.flat.grads, self.m, self.v, self.t, lr,
+            self.beta1, self.beta2, self.eps, self.weight_decay,
+        )  # fmt: skip
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -139,26 +116,3 @@ class Adam:
             for k, own in self.flat.views(getattr(self, moment)).items():
                 own[...] = backend.asarray(state[moment][k], dtype=own.dtype)
         self.t = int(state["t"])
-
-
-def _update(theta, g, m, v, tmp, b1, b2, step_size, eps2, decay) -> None:
-    """One Adam update of equal-sized blocks, in place, with ``tmp`` as the only scratch:
-
-    m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
-    theta = decay * theta - step_size * m / (sqrt(v) + eps2)
-    """
-    xp = backend.xp
-    m *= b1
-    xp.multiply(g, 1.0 - b1, out=tmp)
-    m += tmp  # m = b1 m + (1 - b1) g
-    v *= b2
-    xp.multiply(g, g, out=tmp)
-    tmp *= 1.0 - b2
-    v += tmp  # v = b2 v + (1 - b2) g^2
-    xp.sqrt(v, out=tmp)
-    tmp += eps2
-    xp.divide(m, tmp, out=tmp)
-    tmp *= step_size  # lr * m_hat / (sqrt(v_hat) + eps)
-    if decay != 1.0:
-        theta *= decay  # decoupled: uses theta before the step
-    theta -= tmp

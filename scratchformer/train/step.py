@@ -10,7 +10,7 @@ import statistics
 import time
 from collections import deque
 
-from scratchformer import backend
+from scratchformer import backend, kernels
 from scratchformer.backend import xp
 from scratchformer.errors import ScratchformerError
 
@@ -65,7 +65,7 @@ def accumulate_gradients(model, batches, rngs=None, world=None) -> tuple[float, 
         n = b.n_targets
         model.loss_backward(cache, dloss=float(n))  # the gradient of the summed loss
         loss_sum = loss_sum + loss.astype(xp.float64) * n  # float64, as a host sum would be
-        nll_sum = nll_sum + cache.loss.nll_sum.astype(xp.float64)
+        nll_sum = nll_sum + kernels.cross_entropy.nll_sum(cache.loss).astype(xp.float64)
         n_total += n
         tokens += b.n_tokens
     if world is not None:

@@ -51,24 +51,25 @@ def attention_maps(model, src_ids, tgt_in_ids) -> AttentionMaps:
     """Run ``model`` (evaluation: no dropout) on one sentence pair and collect the weights.
 
     ``src_ids`` (S,) and ``tgt_in_ids`` (T,) are sequences of ids, ``tgt_in`` starting with
-    <bos>. The weights are the softmax outputs kept in the backward caches
-    (the attention core's ``softmax.P`` in ``cache.encoder.layers[i].self_attn.sublayer.attn``).
+    <bos>. The weights are the attention core's (before dropout), read from each
+    attention's forward cache by its module (``MultiHeadAttention.weights``).
     """
     np = backend.np
     src = backend.asarray(np.asarray(src_ids, dtype=np.int64)[None, :])  # (1, S)
     tgt = backend.asarray(np.asarray(tgt_in_ids, dtype=np.int64)[None, :])  # (1, T)
     _, cache = model.forward(src, tgt)
 
-    def weights(sub):
-        core = getattr(sub.sublayer.attn, "core", None)  # dense and logits variants have one
-        if core is None:
+    def weights(module, sub):
+        A = module.weights(sub.sublayer)  # (1, H, ., .), or None
+        if A is None:
             raise PlotError("attention maps are drawn for dense and relative attention only")
-        return backend.asnumpy(core.softmax.P)[0].astype(np.float64)  # (H, ., .)
+        return backend.asnumpy(A)[0].astype(np.float64)  # (H, ., .)
 
+    enc, dec = model.encoder.layers, model.decoder.layers
     return AttentionMaps(
-        encoder=[weights(c.self_attn) for c in cache.encoder.layers],
-        decoder=[weights(c.self_attn) for c in cache.decoder.layers],
-        cross=[weights(c.cross_attn) for c in cache.decoder.layers],
+        encoder=[weights(m.self_attn, c.self_attn) for m, c in zip(enc, cache.encoder.layers)],
+        decoder=[weights(m.self_attn, c.self_attn) for m, c in zip(dec, cache.decoder.layers)],
+        cross=[weights(m.cross_attn, c.cross_attn) for m, c in zip(dec, cache.decoder.layers)],
     )
 
 

@@ -128,7 +128,7 @@ def test_decoding_runs_the_training_forwards_with_dropout_off(monkeypatch):
         m = lively_model(V=11)
         src = random_src(11, [5, 3], seed=6)
         expected = beam_search(m, src, beam_size=3, max_len_b=5)
-        spy(kernels.attention, "forward", rng_at=5, label="attention_forward")
+        spy(kernels.attention_core, "forward", rng_at=4, label="attention_forward")
         spy(MultiHeadAttention, "attend", rng_at=5)
         spy(PositionwiseFeedForward, "forward", rng_at=2)
         spy(AddNorm, "enter")

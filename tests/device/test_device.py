@@ -132,18 +132,17 @@ def test_generators_are_made_once_not_per_attention_block_or_check_evaluation(mo
     a copy of a state)."""
     from scratchformer.gradcheck import check_model
     from scratchformer.models import Transformer, TransformerConfig
-    from scratchformer.ops.blockwise_attention import (
-        blockwise_attention_backward,
-        blockwise_attention_forward,
-    )
+    from scratchformer.nn.attention import MultiHeadAttention
 
     made = []
     original = device.generator
     monkeypatch.setattr(device, "generator", lambda *a, **k: made.append(a) or original(*a, **k))
     r = np.random.default_rng(0)
     Q = B.asarray(r.standard_normal((2, 2, 13, 4)))
-    O, cache = blockwise_attention_forward(Q, Q, Q, None, 4, 0.3, original(5))
-    blockwise_attention_backward(B.asarray(r.standard_normal(O.shape)), cache)
+    mha = MultiHeadAttention(8, 2, P_drop_attn=0.3, rng=B.host_rng(0))
+    mha.attention_block = 4
+    O, cache = mha.attend(Q, Q, Q, None, original(5))
+    mha.attend_backward(B.asarray(r.standard_normal(O.shape)), cache)
     assert made == []  # 4 blocks, forward and backward: nothing made
     cfg = TransformerConfig.preset("tiny", vocab_size=11, N=1)
     src = B.asarray(np.array([[3, 4, 5], [6, 7, 0]]))

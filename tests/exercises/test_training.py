@@ -2,7 +2,8 @@
 passes, compared with the engine's run.
 
 With every exercise's reference solution in the folder, the learner's run is the
-engine's, bit for bit; afterwards the engine is the engine again (no implementation or
+engine's to rounding (the solutions are the plain formulas, the engine runs the seam's
+faster forms of them); afterwards the engine is the engine again (no implementation or
 method of a learner is left in place).
 """
 
@@ -41,7 +42,7 @@ def engine_methods() -> dict:
     }
 
 
-def test_reference_solutions_train_bitwise_like_the_engine(tmp_path, monkeypatch, capsys):
+def test_reference_solutions_train_like_the_engine(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "exercises"
     folder.mkdir()
@@ -56,7 +57,7 @@ def test_reference_solutions_train_bitwise_like_the_engine(tmp_path, monkeypatch
     for name in ("layernorm", "attention", "multi_head_attention", "decoder_layer", "adam"):
         assert f"\n  {name} " in out  # said to be the learner's in this run
     assert "passing, but not used by this model: gelu, softmax, shaw, skew" in out
-    assert "final parameters and every step's loss: bitwise equal to the engine's run" in out
+    assert "final parameters: equal to the engine's run within rounding" in out
     assert "held-out exact match" in out and "Your backward passes trained this Transformer." in out
 
     assert engine_methods() == before
@@ -80,7 +81,8 @@ def test_nothing_to_train_is_one_line(tmp_path, monkeypatch, capsys):
 
 
 TEXTBOOK = {
-    "layernorm": """\
+    "layernorm": {
+        "layernorm_backward": """\
     xhat, rstd, gamma = cache
     D = xhat.shape[-1]
     dxhat = dout * gamma
@@ -88,17 +90,23 @@ TEXTBOOK = {
                  - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True))
     return dx, (dout * xhat).reshape(-1, D).sum(0), dout.reshape(-1, D).sum(0)
 """,
-    "attention": """\
-    Q, K, s = cache.logits
-    core = cache.core
-    P = core.softmax.P
-    dA = dO @ core.V.swapaxes(-1, -2)
-    dV = core.A_drop.swapaxes(-1, -2) @ dO
-    if core.dropout.mask is not None:
-        dA = dA * core.dropout.mask * core.dropout.scale
-    dZ = P * (dA - (dA * P).sum(axis=-1, keepdims=True))
-    return s * dZ @ K, s * dZ.swapaxes(-1, -2) @ Q, dV
+    },
+    "attention": {
+        "attention_core_backward": """\
+    P = cache.softmax.P
+    dA = dO @ cache.V.swapaxes(-1, -2)
+    if dA_drop is not None:
+        dA = dA + dA_drop
+    dV = cache.A_drop.swapaxes(-1, -2) @ dO
+    if cache.dropout.mask is not None:
+        dA = dA * cache.dropout.mask * cache.dropout.scale
+    return P * (dA - (dA * P).sum(axis=-1, keepdims=True)), dV
 """,
+        "dot_product_logits_backward": """\
+    Q, K, s = cache
+    return s * dZ @ K, s * dZ.swapaxes(-1, -2) @ Q
+""",
+    },
 }
 
 
@@ -110,14 +118,17 @@ def test_a_learners_own_layernorm_and_attention_train_as_well_as_the_engine(
     (the same math in another order: not bitwise equal): the held-out accuracy within
     one point of the engine's."""
     monkeypatch.chdir(tmp_path)
-    for name, body in TEXTBOOK.items():
+    for name, bodies in TEXTBOOK.items():
         main(["exercise", "start", name])
         path = tmp_path / "exercises" / f"{name}.py"
         text = path.read_text()
-        stub = f'    raise NotImplementedError("{name}_backward: not written yet")\n'
-        path.write_text(text.replace(stub, body))
+        for function, body in bodies.items():
+            stub = f'    raise NotImplementedError("{function}: not written yet")\n'
+            assert stub in text, function
+            text = text.replace(stub, body)
+        path.write_text(text)
     capsys.readouterr()
     code = main(["exercise", "train", "--no-progress"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "within 1 point" in out and "not bitwise equal" in out
+    assert "within 1 point" in out and "final parameters:" in out

@@ -1,8 +1,9 @@
-"""The GPU kernels, checked on a machine without a GPU: each compiles with NVRTC for
-sm_80 and sm_90 (a compile error fails, never skips, under CI=true), a planted syntax
-error is caught with NVRTC's log, and the dropout kernel's exact integer steps, run
-with NumPy, draw the masks of the counter-based generator (its mirror) bit for bit.
-ptxas, where present, reports registers and spills (printed, never asserted)."""
+"""The GPU kernels, checked on a machine without a GPU: each ``.cu`` file of the kernel
+seam compiles with NVRTC for sm_80 and sm_90 (a compile error fails, never skips, under
+CI=true), a planted syntax error is caught with NVRTC's log, and the dropout kernel's
+exact integer steps, run with NumPy, draw the masks of the counter-based generator (its
+mirror) bit for bit. ptxas, where present, reports registers and spills (printed, never
+asserted). The sources ship in the package and are found by ``importlib.resources``."""
 
 import os
 import shutil
@@ -13,7 +14,6 @@ import pytest
 
 from scratchformer import backend as B
 from scratchformer.device.counter import CounterGenerator
-from scratchformer.kernels.cuda_sources import DROPOUT, SOURCES
 from scratchformer.ops.dropout import dropout_forward
 
 
@@ -32,20 +32,34 @@ def cupy_kernels():
     return module
 
 
+#: the kernels each source must define
+KERNELS = {"dropout": ("sf_dropout_f32", "sf_dropout_f64")}
+
+
+def test_every_source_is_known():
+    assert set(cupy_kernels().sources()) == set(KERNELS)
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("name", sorted(SOURCES))
+@pytest.mark.parametrize("name", sorted(KERNELS))
 def test_every_kernel_compiles_with_nvrtc(name, arch):
-    cubin = cupy_kernels().nvrtc_compile(SOURCES[name][0], arch, f"{name}.cu")
+    module = cupy_kernels()
+    cubin = module.nvrtc_compile(module.source(name), arch, f"{name}.cu")
     assert cubin[:4] == b"\x7fELF"  # a CUDA binary
-    for kernel in SOURCES[name][1]:
+    for kernel in KERNELS[name]:
         assert kernel.encode() in cubin
+
+
+def test_a_header_is_inlined_so_nvrtc_needs_no_include_path():
+    text = cupy_kernels().source("dropout")
+    assert "#include" not in text and "sf_mix" in text
 
 
 def test_a_syntax_error_is_caught_with_its_line():
     module = cupy_kernels()
     from cupy.cuda import nvrtc
 
-    broken = DROPOUT.replace("keep[i] = k;", "keep[i] = k")  # a missing semicolon
+    broken = module.source("dropout").replace("keep[i] = k;", "keep[i] = k")  # no semicolon
     with pytest.raises(nvrtc.NVRTCError) as info:
         module.nvrtc_compile(broken, "sm_90", "dropout.cu")
     log = str(info.value.__cause__)
@@ -55,7 +69,7 @@ def test_a_syntax_error_is_caught_with_its_line():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed here")
 def test_ptxas_reports_registers_and_spills(tmp_path, capsys):
     src = tmp_path / "dropout.cu"
-    src.write_text(DROPOUT)
+    src.write_text(cupy_kernels().source("dropout"))
     out = subprocess.run(
         ["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "k"), str(src)],
         capture_output=True, text=True, timeout=300,
@@ -95,3 +109,37 @@ def test_the_kernels_steps_draw_the_counter_generators_masks(dtype):
     np.testing.assert_array_equal(B.asnumpy(cache.mask), want_keep)
     np.testing.assert_array_equal(B.asnumpy(out), want_out)
     assert g.counter == counter + x.size
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_carries_the_kernel_sources(tmp_path):
+    """Built as a wheel and installed into a folder (not editable), the package still
+    finds every ``.cu`` source and the headers they include."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    wheels = tmp_path / "wheels"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(wheels), str(root)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    if build.returncode != 0:
+        pytest.skip(f"pip cannot build a wheel here: {build.stderr[-300:]}")
+    target = tmp_path / "site"
+    wheel = next(wheels.glob("scratchformer-*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                    str(target), str(wheel)], check=True, timeout=300)  # fmt: skip
+    code = (
+        "from importlib import resources; import scratchformer, sys; "
+        "f = resources.files('scratchformer.kernels'); "
+        "print(scratchformer.__file__); "
+        "print(sorted(p.name for p in f.iterdir() if p.name.endswith(('.cu', '.cuh'))))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    where, names = out.stdout.splitlines()
+    assert where.startswith(str(target))
+    assert names == "['counter.cuh', 'dropout.cu']"

@@ -1,6 +1,8 @@
-"""The kernel seam: one table per op, the choice between implementations, the switch that
-forces the references, and the parity harness that checks every registered implementation
-(and fails on a broken one).
+"""The kernel seam: one module per op, the choice between implementations (by backend,
+dtype and donation), opaque caches that go back to the implementation that made them,
+composites that re-dispatch to their parts, explicit donation and the switch that
+poisons donated inputs, the switch that forces the references, and the parity harness
+that checks every registered implementation (and fails on a broken one).
 
 Dimension key: B batch, H heads, T queries, S keys, Dh d_k, Dv d_v.
 """
@@ -19,13 +21,13 @@ from scratchformer import device, kernels
 from scratchformer.cli import main
 from scratchformer.gradcheck import check_op
 from scratchformer.kernels import parity
-from scratchformer.kernels.cases import CASES, GRADIENTS
-from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.models import LanguageModel, Transformer, TransformerConfig
 from scratchformer.ops.attention import attention_core_backward
 
 OPS = Path(kernels.__file__).resolve().parents[1] / "ops"
-#: forward/backward pairs of ops/ that are pieces of an op, not ops the modules call
-PIECES = {"skew", "dot_product_logits"}
+#: forward/backward pairs of ops/ that are not tables: pieces of an op (re-indexings),
+#: and dense attention, the composition of two tables (logits, then the core)
+NOT_TABLES = {"skew", "window", "attention"}
 
 
 def op_pairs():
@@ -41,27 +43,41 @@ def op_pairs():
 
 def test_every_op_has_a_table_whose_reference_is_the_op():
     for name, module in op_pairs().items():
-        if name in PIECES:
+        if name in NOT_TABLES:
             continue
         table = kernels.table(name)
         assert table.reference.forward.__name__ == f"{name}_forward", name
         assert table.reference.forward.__module__ == f"scratchformer.ops.{module}"
         assert table.reference.backward.__name__ == f"{name}_backward"
-    assert set(kernels.TABLES) == set(CASES) == set(GRADIENTS)  # every table can be checked
+    for table in kernels.TABLES.values():  # every table can be checked and is described
+        assert table.cases is not None, table.name
+        assert table.schema.gradients or table.schema.is_update, table.name
+    assert kernels.table("adam_update").reference.forward.__module__ == "scratchformer.ops.adam"
+
+
+def test_one_module_per_op():
+    """Each table is defined in ``kernels/<op>.py``, whose ``TABLE`` it is."""
+    folder = Path(kernels.__file__).parent
+    for name, table in kernels.TABLES.items():
+        assert (folder / f"{name}.py").exists(), name
+        assert getattr(kernels, name).TABLE is table
 
 
 @pytest.mark.usefixtures("backend")
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_every_registered_implementation_equals_its_reference(dtype):
-    """The harness on fresh random inputs (odd sizes, an empty query row, dropout):
-    every row within its limit, the in-place forms bitwise."""
+    """The harness on fresh random inputs (odd sizes, an empty query row, dropout), under
+    the switch that poisons donated inputs: every row within its limit, the exact ones
+    bitwise, and no input that was not given up changed."""
     rows = parity.check_all(kernels.TABLES, (dtype,))
     assert rows, "no implementation besides the references is registered"
     bad = [r for r in rows if not r.passed]
     assert not bad, bad
-    exact = [r for r in rows if r.limit == 0]
+    exact = [r for r in rows if r.limit == 0 and "unchanged" not in r.tensor]
     assert exact and all(r.error == 0 for r in exact)
-    assert {r.table for r in rows} >= {"attention", "attention_core", "relu", "cross_entropy"}
+    assert any("unchanged" in r.tensor for r in rows)
+    tables = {r.table for r in rows}
+    assert {"attention_core", "relu", "cross_entropy", "adam_update", "layernorm"} <= tables
 
 
 def _core_without_the_row_sum(dO, cache, dA_drop=None):
@@ -84,9 +100,25 @@ def test_a_deliberately_broken_implementation_fails_the_harness(plant, broken):
     """Registered beside the reference, a wrong backward is caught by the harness, in
     float64 even a factor of 1 + 1e-6 (below what finite differences resolve)."""
     impl = plant("attention_core", broken)
-    rows = parity.check_implementation(kernels.attention_core, impl.name, "float64")
+    rows = parity.check_implementation(kernels.table("attention_core"), impl.name, "float64")
     failed = {r.tensor for r in rows if not r.passed}
     assert failed == {"dZ"}, rows  # the output and dV are right
+
+
+def test_an_implementation_that_writes_into_an_input_it_was_not_given_fails(plant):
+    """The harness compares every input that was not donated with its copy: a backward
+    that scales ``dout`` in its buffer without declaring it is caught."""
+
+    def scales_dout(dO, cache, dA_drop=None):
+        dO *= 1.0
+        dO += 0.0
+        dO[...] = dO * 2  # writes into dO
+        dZ, dV = attention_core_backward(dO / 2, cache, dA_drop)
+        return dZ, dV
+
+    impl = plant("attention_core", scales_dout)
+    rows = parity.check_implementation(kernels.table("attention_core"), impl.name, "float64")
+    assert {r.tensor for r in rows if not r.passed} == {"dout unchanged"}
 
 
 def test_a_broken_implementation_fails_the_op_gradient_check(plant):
@@ -99,20 +131,176 @@ def test_a_broken_implementation_fails_the_op_gradient_check(plant):
     assert [row.name for row in report.failures()] == ["Z"]
 
 
-def test_the_model_calls_the_chosen_implementation(plant):
-    """A planted implementation is what the modules run: here an attention whose forward
-    returns zeros changes the model's loss."""
-    cfg = TransformerConfig.preset("tiny", vocab_size=11)
-    src = B.asarray(np.array([[3, 4, 5]]))
-    tgt = B.asarray(np.array([[1, 6, 7]]))
-    before = float(Transformer(cfg).loss_forward(src, tgt, tgt)[0])
+def _variant_models():
+    """One small model per attention variant: dense, Shaw, the skew, local, blockwise."""
+    base = dict(vocab_size=11, N=1, d_model=8, d_ff=12, h=2, P_drop=0.0, P_drop_attn=0.1)
+    return {
+        "dense": Transformer(TransformerConfig(**base)),
+        "relative": Transformer(TransformerConfig(**base, attention="relative",
+                                                  max_relative_position=2)),
+        "relative_skew": LanguageModel(TransformerConfig(**base, attention="relative_skew",
+                                                         max_relative_position=2)),
+        "local": LanguageModel(TransformerConfig(**base, attention="local", local_block=2)),
+        "blockwise": Transformer(TransformerConfig(**base, attention_block=2)),
+    }  # fmt: skip
 
-    def zeros(Q, K, V, mask=None, p_drop=0.0, rng=None):
-        O, cache = kernels.attention.reference.forward(Q, K, V, mask, p_drop, rng)
-        return O * 0, cache
 
-    plant("attention", kernels.attention.reference.backward, forward=zeros)
-    assert float(Transformer(cfg).loss_forward(src, tgt, tgt)[0]) != before
+def _loss_and_backward(model):
+    r = np.random.default_rng(0)
+    ids = r.integers(3, 11, (2, 5))
+    rng = device.generator(1)
+    if isinstance(model, LanguageModel):
+        loss, cache = model.loss_forward(ids, ids, rng=rng)
+    else:
+        loss, cache = model.loss_forward(ids, ids, ids, rng=rng)
+    model.loss_backward(cache)
+    return float(loss)
+
+
+def test_one_core_registration_serves_every_attention_variant():
+    """A core implementation registered once (and put in place) runs, forward and
+    backward, in dense, Shaw's, the skew's, local and blockwise attention."""
+    table = kernels.table("attention_core")
+    calls = {"forward": 0, "backward": 0}
+
+    def forward(*a, **k):
+        calls["forward"] += 1
+        return table.reference.forward(*a, **k)
+
+    def backward(*a, **k):
+        calls["backward"] += 1
+        return table.reference.backward(*a, **k)
+
+    impl = kernels.Implementation("counting", forward, backward,
+                                  accessors=table.reference.accessors)  # fmt: skip
+    table.register(impl)
+    try:
+        with kernels.use("attention_core", "counting"):
+            for kind, model in _variant_models().items():
+                calls.update(forward=0, backward=0)
+                _loss_and_backward(model)
+                assert calls["forward"] > 0 and calls["backward"] > 0, kind
+    finally:
+        table.unregister("counting")
+
+
+def test_a_part_put_in_place_is_reached_through_every_attention(plant):
+    """A learner's softmax (any implementation put in place in the softmax table) makes
+    the core run its composite entry, through the softmax table, in every variant."""
+    calls = []
+
+    def softmax_backward(dout, cache):
+        calls.append(dout.shape)
+        return kernels.table("softmax").reference.backward(dout, cache)
+
+    plant("softmax", softmax_backward)
+    assert kernels.table("attention_core").chosen("float32").name == kernels.COMPOSITE
+    for kind, model in _variant_models().items():
+        calls.clear()
+        _loss_and_backward(model)
+        assert calls, kind
+    assert kernels.table("add_norm_exit").chosen("float32").name == "reference"
+
+
+def test_a_cache_goes_back_to_the_implementation_that_made_it():
+    """The backward dispatches on the cache's record, whatever is chosen by then: a
+    cache of the online core (which keeps a log-sum-exp, not the probabilities) is
+    back-propagated by the online core even with the reference put in place."""
+    r = np.random.default_rng(0)
+    Z, V = B.asarray(r.standard_normal((2, 3, 4, 70))), B.asarray(r.standard_normal((2, 3, 70, 5)))
+    dO = B.asarray(r.standard_normal((2, 3, 4, 5)))
+    core = kernels.attention_core
+    with kernels.use("attention_core", "online"):
+        O, cache = core.forward(Z.copy(), V)
+    assert cache.impl.name == "online" and not hasattr(cache.value, "softmax")
+    with kernels.use("attention_core", "reference"):
+        dZ, dV = core.backward(dO, cache)
+        O_ref, c_ref = core.forward(Z.copy(), V)
+        dZ_ref, dV_ref = core.backward(dO, c_ref)
+    for got, want in [(O, O_ref), (dZ, dZ_ref), (dV, dV_ref)]:
+        assert parity.relative_error(got, want) < 1e-12
+    np.testing.assert_allclose(B.asnumpy(core.weights(cache)), B.asnumpy(core.weights(c_ref)),
+                               rtol=1e-12, atol=1e-15)  # fmt: skip
+    with pytest.raises(kernels.KernelError, match="expected the cache"):
+        core.backward(dO, c_ref.value)
+
+
+def test_an_in_place_form_runs_only_where_the_caller_donates():
+    x = B.asarray(np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32))
+    relu = kernels.table("relu")
+    assert relu.chosen("float32", donate=False).name == "reference"
+    assert relu.chosen("float32", donate=True).name == "inplace"
+    kept = x.copy()
+    y, _ = kernels.relu.forward(x)
+    np.testing.assert_array_equal(B.asnumpy(x), B.asnumpy(kept))  # not given up: untouched
+    y2, _ = kernels.relu.forward(x, donate=True)
+    assert y2 is x  # given up: its buffer reused
+
+
+class SkipFeedForward:
+    """``out = relu(u) W_2 + u W_3``, ``u = x W_1``: a module that reads its hidden
+    pre-activation ``u`` again after handing it to ReLU. With ``donate=True`` that is the
+    planted bug: ReLU works in u's buffer, so the skip term reads relu(u)."""
+
+    def __init__(self, donate: bool):
+        r = np.random.default_rng(0)
+        self.W = [B.asarray(r.standard_normal(s).astype(np.float32))
+                  for s in ((6, 10), (10, 6), (10, 6))]  # fmt: skip
+        self.donate = donate
+
+    def forward(self, x):
+        W_1, W_2, W_3 = self.W
+        u, c1 = kernels.linear.forward(x, W_1)  # (B, T, F)
+        a, c_act = kernels.relu.forward(u, donate=self.donate)
+        skip, c3 = kernels.linear.forward(u, W_3)  # reads u again
+        main_, c2 = kernels.linear.forward(a, W_2)
+        return main_ + skip, (c1, c_act, c2, c3)
+
+    def backward(self, dout, cache):
+        c1, c_act, c2, c3 = cache
+        da, dW_2, _ = kernels.linear.backward(dout, c2)
+        du_skip, dW_3, _ = kernels.linear.backward(dout, c3)
+        du = kernels.relu.backward(da, c_act, donate=True) + du_skip
+        dx, dW_1, _ = kernels.linear.backward(du, c1)
+        return dx, dW_1, dW_2, dW_3
+
+
+def test_the_poison_switch_catches_a_planted_reuse_of_a_donated_input():
+    """Reading ``u`` after ``relu.forward(u, donate=True)``: silently wrong by default
+    (finite numbers, not the right ones), NaN under the switch, so the reuse shows; the
+    module that does not donate is unaffected by the switch."""
+    r = np.random.default_rng(1)
+    x = B.asarray(r.standard_normal((2, 3, 6)).astype(np.float32))
+    dout = B.asarray(r.standard_normal((2, 3, 6)).astype(np.float32))
+    right, c = SkipFeedForward(donate=False).forward(x)
+    right_grads = SkipFeedForward(donate=False).backward(dout, c)
+    planted = SkipFeedForward(donate=True)
+    wrong, c = planted.forward(x)
+    wrong_grads = planted.backward(dout, c)
+    assert np.isfinite(B.asnumpy(wrong)).all()
+    assert parity.relative_error(wrong, right) > 0.01  # silently wrong
+    assert parity.relative_error(wrong_grads[3], right_grads[3]) > 0.01  # dW_3 reads u
+    with kernels.poison_donated():
+        out, c = planted.forward(x)
+        assert np.isnan(B.asnumpy(out)).any()
+        with kernels.poison_donated():
+            fine, c_fine = SkipFeedForward(donate=False).forward(x)
+        np.testing.assert_array_equal(B.asnumpy(fine), B.asnumpy(right))
+
+
+def test_the_engine_never_reads_what_it_donates():
+    """Three training steps of every attention variant under the poison switch give the
+    very same loss and gradients as without it: no module reuses a donated input."""
+    for kind, model in _variant_models().items():
+        flat = model.flatten()
+        flat.grads.fill(0)
+        loss = _loss_and_backward(model)
+        grads = B.asnumpy(flat.grads).copy()
+        flat.grads.fill(0)
+        with kernels.poison_donated():
+            loss_p = _loss_and_backward(model)
+        assert loss == loss_p, kind
+        np.testing.assert_array_equal(B.asnumpy(flat.grads), grads, err_msg=kind)
 
 
 def _train_steps(n=3):
@@ -129,41 +317,55 @@ def _train_steps(n=3):
     return float(loss), {k: B.asnumpy(g).copy() for k, g in m.gradients().items()}
 
 
+@pytest.mark.usefixtures("f64")
 def test_the_switch_forces_the_references_everywhere_with_the_same_results():
-    """``kernels.reference()``: every table calls its reference; the in-place defaults
-    being bitwise equal, three training steps give the very same loss and gradients."""
+    """``kernels.reference()``: every table calls its reference (the plain formulas of
+    ops/); three training steps give the same loss and gradients as the faster defaults,
+    within the harness's float64 limit."""
     loss, grads = _train_steps()
     with kernels.reference():
         assert kernels.reference_forced()
-        assert all(t.chosen() is t.reference for t in kernels.TABLES.values())
+        assert all(t.chosen("float64") is t.reference for t in kernels.TABLES.values())
         loss_ref, grads_ref = _train_steps()
     assert not kernels.reference_forced()
-    assert kernels.attention.chosen().name == "inplace"
-    assert loss == loss_ref
+    assert kernels.table("attention_core").chosen("float64").name == "inplace"
+    assert abs(loss - loss_ref) <= 1e-12 * abs(loss_ref)
     for k in grads:
-        np.testing.assert_array_equal(grads[k], grads_ref[k])
+        assert parity.relative_error(grads[k], grads_ref[k]) < parity.TOLERANCE["float64"], k
 
 
 def test_the_environment_switch_and_the_command(capsys):
     env = {**os.environ, "SCRATCHFORMER_KERNELS": "reference"}
-    code = "from scratchformer import kernels; print(kernels.attention.chosen().name)"
+    code = "from scratchformer import kernels; print(kernels.table('relu').chosen().name)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "reference", out.stderr
     assert main(["kernels"]) == 0
     listing = capsys.readouterr().out
     assert "attention_core" in listing and "inplace" in listing and "*" in listing
+    assert "float32, float64" in listing  # each implementation's dtypes
     assert main(["kernels", "--check", "--dtype", "float64"]) == 0
     report = capsys.readouterr().out
     assert "all within their limits" in report and "0 (bitwise)" in report
 
 
+def test_a_misspelt_kernels_setting_is_refused_in_one_line():
+    env = {**os.environ, "SCRATCHFORMER_KERNELS": "refrence"}
+    out = subprocess.run([sys.executable, "-m", "scratchformer", "kernels"], env=env,
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "SCRATCHFORMER_KERNELS='refrence'" in lines[0], out.stderr
+    assert "reference" in lines[0] and "Traceback" not in out.stderr
+
+
 def test_use_and_register_refuse_what_cannot_be():
-    table = kernels.attention
+    table = kernels.table("attention_core")
     with pytest.raises(kernels.KernelError, match="has no implementation 'fused'"):
         with kernels.use(table, "fused"):
             pass
     gpu_only = kernels.Implementation("gpu", table.reference.forward, table.reference.backward,
-                                      backends=("cupy",), proven=False)  # fmt: skip
+                                      backends=("cupy",), proven=False,
+                                      accessors=table.reference.accessors)  # fmt: skip
     table.register(gpu_only)
     try:
         if B.backend_name() == "numpy":
@@ -175,9 +377,41 @@ def test_use_and_register_refuse_what_cannot_be():
             table.register(gpu_only)
     finally:
         table.unregister("gpu")
-    unproven = kernels.Implementation("x", abs, abs, default=True, proven=False)
+    acc = table.reference.accessors
     with pytest.raises(kernels.KernelError, match="not proven"):
-        table.register(unproven)
+        table.register(kernels.Implementation("x", abs, abs, default=True, proven=False,
+                                              accessors=acc))  # fmt: skip
+    with pytest.raises(kernels.KernelError, match="lacks the accessors"):
+        table.register(kernels.Implementation("y", abs, abs))
+    with pytest.raises(kernels.KernelError, match="cannot donate"):
+        table.register(kernels.Implementation("z", abs, abs, donates=("V",), accessors=acc))
+
+
+def test_the_choice_goes_by_dtype():
+    """An implementation registered for float64 only is the default there and nowhere else."""
+    table = kernels.table("tanh")
+    impl = kernels.Implementation("f64only", table.reference.forward, table.reference.backward,
+                                  dtypes=("float64",), default=True)  # fmt: skip
+    table.register(impl)
+    try:
+        assert table.chosen("float64").name == "f64only"
+        assert table.chosen("float32").name == "reference"
+        x = B.asarray(np.ones(3, dtype=np.float64))
+        assert kernels.tanh.forward(x)[1].impl.name == "f64only"
+    finally:
+        table.unregister("f64only")
+
+
+def test_a_spent_cache_refuses_a_second_backward():
+    logits = B.asarray(np.random.default_rng(0).standard_normal((2, 3, 5)).astype(np.float32))
+    target = B.asarray(np.array([[1, 2, 0], [3, 4, 1]]))
+    loss, cache = kernels.cross_entropy.forward(logits, target, 0.1, 0, donate=True)
+    kernels.cross_entropy.backward(1.0, cache)
+    with pytest.raises(ValueError, match="spent"):
+        kernels.cross_entropy.backward(1.0, cache)
+    loss2, cache2 = kernels.cross_entropy.forward(logits.copy(), target, 0.1, 0)
+    kernels.cross_entropy.backward(1.0, cache2)
+    kernels.cross_entropy.backward(1.0, cache2)  # not donated: the reference, reusable
 
 
 def test_the_error_metric():

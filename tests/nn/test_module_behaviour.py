@@ -64,7 +64,7 @@ def test_shared_dropout_object_uses_each_calls_own_mask():
     m = TwoLayersOneDropout()
     x = randn(0, 3, 4, 6)
     _, (_, d1, _, d2) = m.forward(x, device.generator(5))
-    assert not np.array_equal(host(d1.mask), host(d2.mask)), "the setup needs two masks"
+    assert not np.array_equal(host(d1.value.mask), host(d2.value.mask)), "needs two masks"
     report = check_module(m, x, rng=5)
     assert report.passed, report.table()
     assert {r.name for r in report.rows} == {"x", "lin1.W", "lin1.b", "lin2.W", "lin2.b"}

@@ -22,16 +22,12 @@ from scratchformer.ops import (
     causal_mask,
     cross_entropy_backward,
     cross_entropy_forward,
-    dropout_backward,
-    dropout_forward,
     embedding_backward,
     embedding_forward,
     gelu_backward,
     gelu_forward,
     label_smoothed_nll_backward,
     label_smoothed_nll_forward,
-    layernorm_backward,
-    layernorm_forward,
     linear_backward,
     linear_forward,
     log_softmax_backward,
@@ -39,9 +35,8 @@ from scratchformer.ops import (
     positional_backward,
     positional_forward,
     sinusoidal_table,
-    softmax_backward,
-    softmax_forward,
 )
+from scratchformer.ops.attention import dot_product_logits_backward, dot_product_logits_forward
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -138,17 +133,19 @@ def test_positional_sinusoidal_passes_x_through():
 
 
 # -- dropout ------------------------------------------------------------------------------
-def test_dropout_replayed_mask():
+@pytest.mark.parametrize("impl", implementations("dropout"))
+def test_dropout_replayed_mask(impl):
     """dx = dout * mask, the mask replayed from the same seed in every evaluation."""
     x = randn(0, 3, 4, 5)
-    assert_passed(check_op(dropout_forward, dropout_backward, x, 0.4, rng=7), "x")
+    assert_passed(check_op(*runs_here(impl), x, 0.4, rng=7), "x")
 
 
 # -- layer norm ---------------------------------------------------------------------------
-def test_layernorm():
+@pytest.mark.parametrize("impl", implementations("layernorm"))
+def test_layernorm(impl):
     """dx (closed form through mean and variance), dgamma and dbeta summed over rows."""
     x, gamma, beta = randn(0, 2, 3, 7) * 2.0 + 0.5, randn(1, 7), randn(2, 7)
-    report = check_op(layernorm_forward, layernorm_backward, x, gamma, beta, 1e-5)
+    report = check_op(*runs_here(impl), x, gamma, beta, 1e-5)
     assert_passed(report, "x", "gamma", "beta")
 
 
@@ -167,18 +164,20 @@ def test_gelu():
 
 
 # -- softmax ------------------------------------------------------------------------------
-def test_softmax_unmasked():
+@pytest.mark.parametrize("impl", implementations("softmax"))
+def test_softmax_unmasked(impl):
     """dx = P * (dout - sum(dout * P)) over the last axis."""
-    assert_passed(check_op(softmax_forward, softmax_backward, randn(0, 2, 3, 4, 6)), "x")
+    assert_passed(check_op(*runs_here(impl), randn(0, 2, 3, 4, 6)), "x")
 
 
-def test_softmax_masked_with_a_fully_masked_row():
+@pytest.mark.parametrize("impl", implementations("softmax"))
+def test_softmax_masked_with_a_fully_masked_row(impl):
     """Masked entries get zero gradient; a row with nothing to attend to gives zeros, no NaN."""
     mask = np.ones((2, 1, 4, 6), dtype=bool)  # (B, 1, T, S), broadcast over H = 3
     mask[0, 0, :, 4:] = False  # padding
     mask[1, 0, 2, :] = False  # a fully masked row
     x = randn(0, 2, 3, 4, 6)
-    assert_passed(check_op(softmax_forward, softmax_backward, x, B.asarray(mask)), "x")
+    assert_passed(check_op(*runs_here(impl), x, B.asarray(mask)), "x")
 
 
 def test_log_softmax():
@@ -192,42 +191,59 @@ def qkv(T=3, S=7, Dh=5, Dv=4, Bsz=2, H=3):
     return randn(10, Bsz, H, T, Dh), randn(11, Bsz, H, S, Dh), randn(12, Bsz, H, S, Dv)
 
 
-@pytest.mark.parametrize("impl", implementations("attention"))
+def dense_attention(core):
+    """Scaled dot-product attention as the modules compose it: the paper's logits, then
+    the core implementation ``core`` (the op gradient tests judge every one of them)."""
+    core_forward, core_backward = runs_here(core)
+
+    def forward(Q, K, V, mask=None, p_drop=0.0, rng=None):
+        Z, c_logits = dot_product_logits_forward(Q, K)
+        O, c_core = core_forward(Z, V, mask, p_drop, rng)
+        return O, (c_logits, c_core)
+
+    def backward(dO, cache):
+        dZ, dV = core_backward(dO, cache[1])
+        return (*dot_product_logits_backward(dZ, cache[0]), dV)
+
+    return forward, backward
+
+
+@pytest.mark.parametrize("impl", implementations("attention_core"))
 def test_attention_with_padding_mask(impl):
     """dQ, dK, dV of scaled dot-product attention with source padding (B, 1, 1, S)."""
     Q, K, V = qkv()
     mask = np.ones((2, 1, 1, 7), dtype=bool)
     mask[1, ..., 5:] = False
-    report = check_op(*runs_here(impl), Q, K, V, B.asarray(mask))
+    report = check_op(*dense_attention(impl), Q, K, V, B.asarray(mask))
     assert_passed(report, "Q", "K", "V")
 
 
-@pytest.mark.parametrize("impl", implementations("attention"))
+@pytest.mark.parametrize("impl", implementations("attention_core"))
 def test_attention_with_causal_mask(impl):
     """dQ, dK, dV with a causal mask (self-attention, T = S = 6, Dh = 4)."""
     Q, K, V = qkv(T=6, S=6, Dh=4, Dv=5)
     mask = causal_mask(6)[None, None]
-    report = check_op(*runs_here(impl), Q, K, V, mask)
+    report = check_op(*dense_attention(impl), Q, K, V, mask)
     assert_passed(report, "Q", "K", "V")
 
 
-@pytest.mark.parametrize("impl", implementations("attention"))
+@pytest.mark.parametrize("impl", implementations("attention_core"))
 def test_attention_with_fully_masked_query_row(impl):
     """A query with no visible key outputs zeros and gets zero dQ; the rest is unaffected."""
     Q, K, V = qkv()
     mask = np.ones((2, 1, 3, 7), dtype=bool)
     mask[0, 0, 1, :] = False
-    report = check_op(*runs_here(impl), Q, K, V, B.asarray(mask))
+    report = check_op(*dense_attention(impl), Q, K, V, B.asarray(mask))
     assert_passed(report, "Q", "K", "V")
 
 
-@pytest.mark.parametrize("impl", implementations("attention"))
+@pytest.mark.parametrize("impl", implementations("attention_core"))
 def test_attention_dropout_replayed(impl):
     """With dropout on the attention weights, dV uses the dropped weights, dA the mask."""
     Q, K, V = qkv()
     mask = np.ones((2, 1, 1, 7), dtype=bool)
     mask[0, ..., 6:] = False
-    report = check_op(*runs_here(impl), Q, K, V, B.asarray(mask), p_drop=0.3, rng=5)
+    report = check_op(*dense_attention(impl), Q, K, V, B.asarray(mask), p_drop=0.3, rng=5)
     assert_passed(report, "Q", "K", "V")
 
 

@@ -1,8 +1,10 @@
 """Memory-efficient (blockwise) attention equals dense attention: values and gradients in
 float64, with every kind of mask (none, padding, causal, both, random with fully masked
-rows), T not a multiple of the block, one block, blocks of 1; its own finite-difference
-check with dropout replayed; the model with ``attention_block`` equals the dense model;
-and the attention step's peak memory at 2,048 tokens is at least 8x below dense.
+rows), T not a multiple of the block, one block, blocks of 1, for the paper's attention
+and the relative variants (the same logits and core on blocks of queries); its own
+finite-difference check with dropout replayed; the model with ``attention_block``
+equals the dense model; and the attention step's peak memory at 2,048 tokens is at
+least 8x below dense.
 
 Dimension key: B batch, H heads, T queries, S keys, Dh d_k, Dv d_v.
 """
@@ -17,16 +19,25 @@ from scratchformer import backend as B
 from scratchformer import device
 from scratchformer.gradcheck import check_model, check_op, rel_error
 from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.ops import attention_backward, attention_forward, causal_mask
-from scratchformer.ops.blockwise_attention import (
-    BlockwiseAttentionCache,
-    blockwise_attention_backward,
-    blockwise_attention_forward,
-)
+from scratchformer.nn.attention import BlockwiseCache, MultiHeadAttention
+from scratchformer.nn.relative_attention import RelativeMultiHeadAttention, SkewMultiHeadAttention
+from scratchformer.ops import causal_mask
 
 pytestmark = pytest.mark.usefixtures("backend")
 
 Bsz, H, T, S, DH, DV = 2, 3, 13, 11, 5, 4
+
+
+def attention(block=None, p_drop=0.0, cls=MultiHeadAttention, **kw):
+    """A module's per-head attention as a forward/backward pair of (Q, K, V, mask):
+    ``attend`` with query blocks of ``block`` (None: dense)."""
+    m = cls(H * DH, H, d_k=DH, d_v=DV, P_drop_attn=p_drop, rng=B.host_rng(0), **kw)
+    m.attention_block = block
+
+    def forward(Q, K, V, mask=None, p_drop=0.0, rng=None):
+        return m.attend(Q, K, V, mask, rng)
+
+    return forward, m.attend_backward
 
 
 def masks():
@@ -59,23 +70,59 @@ def test_blockwise_equals_dense_values_and_gradients(f64, name, block):
         randn(2, Bsz, H, S, DV),
         (randn(3, Bsz, H, T, DV)),
     )
-    O_dense, c_dense = attention_forward(Q, K, V, mask)
-    O_block, c_block = blockwise_attention_forward(Q, K, V, mask, block)
-    assert isinstance(c_block, BlockwiseAttentionCache)
+    dense_f, dense_b = attention()
+    block_f, block_b = attention(block)
+    O_dense, c_dense = dense_f(Q, K, V, mask)
+    O_block, c_block = block_f(Q, K, V, mask)
+    assert isinstance(c_block, BlockwiseCache) == (block < T)
     assert O_block.dtype == np.float64
     assert np.isfinite(B.asnumpy(O_block)).all()
     np.testing.assert_allclose(B.asnumpy(O_block), B.asnumpy(O_dense), rtol=1e-12, atol=1e-13)
-    for gd, gb in zip(attention_backward(dO, c_dense), blockwise_attention_backward(dO, c_block)):
+    for gd, gb in zip(dense_b(dO, c_dense), block_b(dO, c_block)):
         assert np.isfinite(B.asnumpy(gb)).all()
         assert rel_error(gb, gd) < 1e-12
+
+
+@pytest.mark.parametrize(
+    "cls, kw",
+    [(RelativeMultiHeadAttention, {"max_relative_position": 3}),
+     (SkewMultiHeadAttention, {"max_relative_position": 3, "causal": True})],
+    ids=["shaw", "skew"],
+)  # fmt: skip
+def test_blockwise_serves_the_relative_variants(f64, cls, kw):
+    """Shaw's and the skew's logits take their queries' positions (``offset``), so blocks
+    of queries give their dense values and gradients, the relative tables' too."""
+    L = 10
+    mask = B.asarray(
+        causal_mask(L)[None, None] if kw.get("causal") else masks()["padding"][..., :L]
+    )
+    Q, K, V, dO = (
+        randn(0, Bsz, H, L, DH),
+        randn(1, Bsz, H, L, DH),
+        randn(2, Bsz, H, L, DV),
+        randn(3, Bsz, H, L, DV),
+    )
+    results = []
+    for block in (None, 3):
+        m = cls(H * DH, H, d_k=DH, d_v=DV, rng=B.host_rng(0), **kw)
+        m.attention_block = block
+        O, cache = m.attend(Q, K, V, mask)
+        grads = m.attend_backward(dO, cache)
+        results.append(
+            (O, *grads, *(m.grads[k].copy() for k in sorted(m.grads) if k.startswith("E")))
+        )
+    for got, want in zip(*results[::-1]):
+        assert rel_error(got, want) < 1e-12
 
 
 def test_fully_masked_rows_give_zero_output_and_gradient(f64):
     mask = np.ones((1, 1, 6, 5), dtype=bool)
     mask[..., 2, :] = False
     Q, K, V = randn(0, 1, 2, 6, 3), randn(1, 1, 2, 5, 3), randn(2, 1, 2, 5, 4)
-    O, cache = blockwise_attention_forward(Q, K, V, B.asarray(mask), 4)
-    dQ, _, _ = blockwise_attention_backward(randn(3, 1, 2, 6, 4), cache)
+    m = MultiHeadAttention(6, 2, d_k=3, d_v=4, rng=B.host_rng(0))
+    m.attention_block = 4
+    O, cache = m.attend(Q, K, V, B.asarray(mask))
+    dQ, _, _ = m.attend_backward(randn(3, 1, 2, 6, 4), cache)
     assert np.all(B.asnumpy(O)[..., 2, :] == 0.0)
     assert np.all(B.asnumpy(dQ)[..., 2, :] == 0.0)
 
@@ -86,17 +133,7 @@ def test_blockwise_finite_differences_with_dropout(name):
     from the seed in backward (replayed by ``rng=<seed>``)."""
     mask = B.asarray(masks()[name])
     Q, K, V = randn(0, Bsz, H, T, DH), randn(1, Bsz, H, S, DH), randn(2, Bsz, H, S, DV)
-    report = check_op(
-        blockwise_attention_forward,
-        blockwise_attention_backward,
-        Q,
-        K,
-        V,
-        mask,
-        4,
-        p_drop=0.3,
-        rng=5,
-    )
+    report = check_op(*attention(4, p_drop=0.3), Q, K, V, mask, p_drop=0.3, rng=5)
     assert report.passed, report.table()
     assert [r.name for r in report.rows] == ["Q", "K", "V"]
 
@@ -177,8 +214,8 @@ def test_attention_memory_at_2048_tokens_is_8x_below_dense(backend):
     r = np.random.default_rng(0)
     Q, K, V, dO = (r.standard_normal((1, H2, T2, 64), dtype=np.float32) for _ in range(4))
     mask = np.asarray(causal_mask(T2))
-    dense = _attention_peak(attention_forward, attention_backward, Q, K, V, mask, dO)
-    block = _attention_peak(
-        blockwise_attention_forward, blockwise_attention_backward, Q, K, V, mask, dO, block=64
-    )
+    m = MultiHeadAttention(128, H2, rng=B.host_rng(0))
+    dense = _attention_peak(m.attend, m.attend_backward, Q, K, V, mask, dO)
+    m.attention_block = 64
+    block = _attention_peak(m.attend, m.attend_backward, Q, K, V, mask, dO)
     assert dense >= 8 * block, (dense / 2**20, block / 2**20)

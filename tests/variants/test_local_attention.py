@@ -13,17 +13,33 @@ import numpy as np
 import pytest
 
 from scratchformer import backend as B
+from scratchformer import kernels
 from scratchformer.gradcheck import check_op
-from scratchformer.ops.attention import attention_backward, attention_forward, causal_mask
-from scratchformer.ops.local_attention import (
-    band_mask,
-    local_attention_backward,
-    local_attention_forward,
-)
+from scratchformer.nn.attention import MultiHeadAttention
+from scratchformer.nn.local_attention import LocalMultiHeadAttention
+from scratchformer.ops.attention import causal_mask
+from scratchformer.ops.local_attention import band_mask
 
 pytestmark = pytest.mark.usefixtures("backend")
 
 Bn, H, Dh, Dv = 2, 3, 4, 6
+
+
+def local(M, p_drop=0.0):
+    """Local attention's per-head attention (``LocalMultiHeadAttention.attend``) as a
+    forward/backward pair of (Q, K, V): blocks of M, key padding ``mask``."""
+    m = LocalMultiHeadAttention(H * Dh, H, d_k=Dh, d_v=Dv, P_drop_attn=p_drop, local_block=M)
+
+    def forward(Q, K, V, mask=None, p_drop=0.0, rng=None, offset=0):
+        return m.attend(Q, K, V, mask, rng, offset)
+
+    return forward, m.attend_backward
+
+
+def dense(p_drop=0.0):
+    """Dense attention with the mask as given: the same logits and core, unblocked."""
+    m = MultiHeadAttention(H * Dh, H, d_k=Dh, d_v=Dv, P_drop_attn=p_drop)
+    return (lambda Q, K, V, mask=None: m.attend_masked(Q, K, V, mask)), m.attend_backward
 
 
 def rand(r, *shape):
@@ -43,12 +59,10 @@ def test_local_gradients(f64, L, M, p_drop):
     """Q, K, V with the last block ragged (L % M != 0) and a padded row."""
     r = np.random.default_rng(0)
     rep = check_op(
-        local_attention_forward,
-        local_attention_backward,
+        *local(M, p_drop),
         rand(r, Bn, H, L, Dh),
         rand(r, Bn, H, L, Dh),
         rand(r, Bn, H, L, Dv),
-        block=M,
         mask=padded_keys(L, max(1, L - 2)),
         p_drop=p_drop,
         rng=4,
@@ -63,14 +77,12 @@ def test_local_equals_dense_with_the_band_mask(f64, L, M):
     r = np.random.default_rng(1)
     Q, K, V = rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dv)
     pad = padded_keys(L, L - 3)
-    local, _ = local_attention_forward(Q, K, V, M, pad)
-    dense, _ = attention_forward(Q, K, V, band_mask(L, M)[None, None] & pad)
-    np.testing.assert_allclose(B.asnumpy(local), B.asnumpy(dense), atol=1e-12)
-    # the gradients agree too
-    dO = rand(r, *local.shape)
-    _, c_local = local_attention_forward(Q, K, V, M, pad)
-    _, c_dense = attention_forward(Q, K, V, band_mask(L, M)[None, None] & pad)
-    for a, b in zip(local_attention_backward(dO, c_local), attention_backward(dO, c_dense)):
+    (local_f, local_b), (dense_f, dense_b) = local(M), dense()
+    out_local, c_local = local_f(Q, K, V, pad)
+    out_dense, c_dense = dense_f(Q, K, V, band_mask(L, M)[None, None] & pad)
+    np.testing.assert_allclose(B.asnumpy(out_local), B.asnumpy(out_dense), atol=1e-12)
+    dO = rand(r, *out_local.shape)  # the gradients agree too
+    for a, b in zip(local_b(dO, c_local), dense_b(dO, c_dense)):
         np.testing.assert_allclose(B.asnumpy(a), B.asnumpy(b), atol=1e-12)
 
 
@@ -87,9 +99,9 @@ def test_a_block_as_long_as_the_sequence_is_causal_attention(f64):
     r = np.random.default_rng(2)
     L = 6
     Q, K, V = rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dh), rand(r, Bn, H, L, Dv)
-    local, _ = local_attention_forward(Q, K, V, L, None)
-    dense, _ = attention_forward(Q, K, V, causal_mask(L))
-    np.testing.assert_allclose(B.asnumpy(local), B.asnumpy(dense), atol=1e-12)
+    out_local, _ = local(L)[0](Q, K, V, None)
+    out_dense, _ = dense()[0](Q, K, V, causal_mask(L))
+    np.testing.assert_allclose(B.asnumpy(out_local), B.asnumpy(out_dense), atol=1e-12)
 
 
 def test_a_mask_with_a_query_axis_is_refused_in_one_line(f64):
@@ -99,7 +111,7 @@ def test_a_mask_with_a_query_axis_is_refused_in_one_line(f64):
     L, M = 7, 3
     Q = rand(r, Bn, H, L, Dh)
     with pytest.raises(ValueError, match="key-padding mask .* builds its causal band itself"):
-        local_attention_forward(Q, Q, Q, M, causal_mask(L)[None, None] & padded_keys(L, 5))
+        local(M)[0](Q, Q, Q, causal_mask(L)[None, None] & padded_keys(L, 5))
 
 
 @pytest.mark.parametrize("T, offset", [(1, 6), (2, 5), (4, 3), (3, 0)])
@@ -110,12 +122,12 @@ def test_the_band_form_at_an_offset_equals_the_rows_of_the_whole(f64, T, offset)
     S, M = offset + T, 3
     Q, K, V = rand(r, Bn, H, S, Dh), rand(r, Bn, H, S, Dh), rand(r, Bn, H, S, Dv)
     pad = padded_keys(S, max(1, S - 1))
-    whole, _ = local_attention_forward(Q, K, V, M, pad)
-    tail, _ = local_attention_forward(Q[..., offset:, :], K, V, M, pad, offset=offset)
+    forward, backward = local(M, p_drop=0.2)
+    whole, _ = forward(Q, K, V, pad)
+    tail, _ = forward(Q[..., offset:, :], K, V, pad, offset=offset)
     np.testing.assert_allclose(B.asnumpy(tail), B.asnumpy(whole[..., offset:, :]), atol=1e-12)
     rep = check_op(
-        local_attention_forward, local_attention_backward,
-        Q[..., offset:, :], K, V, block=M, mask=pad, p_drop=0.2, rng=4, offset=offset,
+        forward, backward, Q[..., offset:, :], K, V, mask=pad, p_drop=0.2, rng=4, offset=offset,
     )  # fmt: skip
     assert rep.passed, "\n" + rep.table()
 
@@ -125,6 +137,6 @@ def test_scores_hold_L_times_2M_entries_not_L_squared(f64):
     r = np.random.default_rng(4)
     L, M = 64, 8
     Q = rand(r, 1, 1, L, Dh)
-    _, cache = local_attention_forward(Q, Q, Q, M, None)
-    assert cache.attention.core.softmax.P.size == L * 2 * M
-    assert cache.attention.core.A_drop.size == L * 2 * M
+    _, cache = local(M)[0](Q, Q, Q, None)
+    assert kernels.attention_core.weights(cache.attend.core).size == L * 2 * M
+    assert kernels.attention_core.dropped_weights(cache.attend.core).size == L * 2 * M

@@ -18,7 +18,7 @@ from scratchformer import device
 from scratchformer.backend import xp
 from scratchformer.gradcheck import check_model, check_module
 from scratchformer.models import LanguageModel, Transformer, TransformerConfig
-from scratchformer.nn import ATTENTION_VARIANTS, LogitsAttention
+from scratchformer.nn import ATTENTION_VARIANTS, MultiHeadAttention
 from scratchformer.optim import Adam
 
 pytestmark = pytest.mark.usefixtures("backend")
@@ -49,7 +49,7 @@ def alibi_logits_backward(dZ, cache: AlibiLogitsCache):
 
 
 # -- ... and one class --------------------------------------------------------------------------
-class AlibiAttention(LogitsAttention):
+class AlibiAttention(MultiHeadAttention):
     kind = "alibi"
 
     def logits(self, Q, K, offset: int = 0):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from scratchformer import backend as B
+from scratchformer import kernels
 from scratchformer.gradcheck import check_op
 from scratchformer.nn import RelativeMultiHeadAttention, SkewMultiHeadAttention
 from scratchformer.ops.attention import attention_forward, causal_mask
@@ -300,7 +301,7 @@ def test_shaw_distances_beyond_k_use_the_edge_embeddings(f64):
     Q, K, V = rand(r, 1, 1, T, Dh), B.asarray(np.zeros((1, 1, S, Dh))), rand(r, 1, 1, S, Dv)
     E_k, E_v = rand(r, 2 * k + 1, Dh), rand(r, 2 * k + 1, Dv)
     _, (_, cache) = shaw(Q, K, V, E_k, E_v)
-    A = B.asnumpy(cache.core.softmax.P)[0, 0]
+    A = B.asnumpy(kernels.attention_core.weights(cache.core))[0, 0]
     for i in range(T):
         right = [j for j in range(S) if j - i >= k]
         left = [j for j in range(S) if i - j >= k]
@@ -308,7 +309,7 @@ def test_shaw_distances_beyond_k_use_the_edge_embeddings(f64):
             if len(side) > 1:
                 np.testing.assert_allclose(A[i, side], A[i, side[0]], rtol=1e-12)
     # the value term: every far key adds the same edge embedding E_v[2k] / E_v[0]
-    A_rel = B.asnumpy(cache.values.A_rel)[0, 0]  # (T, 2k+1)
+    A_rel = B.asnumpy(cache.values.value.A_rel)[0, 0]  # (T, 2k+1)
     for i in range(T):
         right = [j for j in range(S) if j - i >= k]
         np.testing.assert_allclose(A_rel[i, 2 * k], A[i, right].sum(), rtol=1e-12)
