@@ -7,11 +7,16 @@
                 dot product, the sums over rows as products with a vector of ones):
                 NumPy's reductions over short rows are several times slower; two
                 (..., D) arrays made in the forward, the default
+    stats       the cache of a GPU kernel (llm.c's): the input and two numbers per row,
+                the mean and 1/std; the backward makes xhat again from them. Shows
+                that an implementation's cache is its own
 
 Dimension key: ``...`` any leading dims, ``D`` the normalised width.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from scratchformer import device
 from scratchformer.backend import xp
@@ -62,11 +67,39 @@ def blas_backward(dout, cache: _op.LayerNormCache):
     return dxhat, dgamma, dbeta
 
 
+class StatsCache(NamedTuple):
+    x: object  # (..., D) the input
+    mu: object  # (..., 1) its row means
+    rstd: object  # (..., 1) 1 / sqrt(var + eps)
+    gamma: object  # (D,)
+
+
+def stats_forward(x, gamma, beta, eps: float = 1e-5):
+    """The reference's forward keeping (x, mean, rstd) instead of xhat."""
+    mu = x.mean(axis=-1, keepdims=True)  # (..., 1)
+    xc = x - mu  # (..., D)
+    rstd = 1.0 / xp.sqrt((xc * xc).mean(axis=-1, keepdims=True) + eps)  # (..., 1)
+    out = gamma * (xc * rstd) + beta
+    return out, StatsCache(x, mu, rstd, gamma)
+
+
+def stats_backward(dout, cache: StatsCache):
+    """``xhat = (x - mu) rstd`` made again, then the reference's closed form."""
+    x, mu, rstd, gamma = cache
+    return _op.layernorm_backward(dout, _op.LayerNormCache((x - mu) * rstd, rstd, gamma))
+
+
 TABLE = new_table("layernorm", SCHEMA, _op.layernorm_forward, _op.layernorm_backward, cases)
 TABLE.register(
     Implementation(
         "blas", blas_forward, blas_backward, default=True,
         note="the row reductions as BLAS products (several times faster on short rows)",
+    )
+)  # fmt: skip
+TABLE.register(
+    Implementation(
+        "stats", stats_forward, stats_backward, exact=True,
+        note="keeps the input, the mean and 1/std per row (a GPU kernel's cache)",
     )
 )  # fmt: skip
 forward, backward = TABLE.forward, TABLE.backward
