@@ -8,6 +8,10 @@ add and the LayerNorm, the three steps a GPU kernel fuses into one pass.
 
     reference   those steps through the dropout and layernorm tables (so whatever
                 they choose, a learner's included, is what runs here)
+    fused       the dropout and the residual add in the buffer of ``s`` (the caller
+                gives it up: one (..., D) array less), then the LayerNorm's BLAS form;
+                the mask drawn as the dropout op draws it: the default, and the NumPy
+                form of what a GPU kernel does in one pass
 
 Backward: ``dr = LayerNorm'(dy)`` (or ``dy``); the residual path's gradient is ``dx = dr``
 and the sub-layer's ``ds = dropout'(dr)``. Returns ``(dx, ds, dgamma, dbeta)``
@@ -25,7 +29,8 @@ from typing import NamedTuple
 from scratchformer.kernels import dropout as _dropout
 from scratchformer.kernels import layernorm as _layernorm
 from scratchformer.kernels.cases import Case, Seed, randn
-from scratchformer.kernels.table import Schema, new_table
+from scratchformer.kernels.table import Implementation, Schema, new_table
+from scratchformer.ops.dropout import dropout_mask
 
 SCHEMA = Schema(
     inputs=("x", "s", "gamma", "beta", "eps", "p_drop", "rng"),
@@ -75,7 +80,48 @@ def add_norm_exit_backward(dy, cache: AddNormExitCache):
     return dr, _dropout.backward(dr, cache.dropout), dgamma, dbeta
 
 
+class FusedCache(NamedTuple):
+    keep: object  # (..., D) bool dropout mask, None when dropout was off
+    scale: float  # 1 / (1 - p)
+    norm: object  # the LayerNorm's (xhat, rstd, gamma), None without the norm
+
+
+def fused_forward(x, s, gamma, beta, eps: float = 1e-5, p_drop: float = 0.0, rng=None):
+    """``s' = dropout(s)`` and ``r = x + s'`` in s's buffer (s is given up), then
+    ``LayerNorm(r)`` (post-LN)."""
+    keep, scale = None, 1.0
+    if rng is not None and p_drop > 0.0:
+        drawn = dropout_mask(s.shape, p_drop, rng, s.dtype)  # the dropout op's draws
+        keep, scale = drawn.mask, drawn.scale
+        s *= keep
+        s *= scale
+    s += x  # r
+    if gamma is None:
+        return s, FusedCache(keep, scale, None)
+    y, c_norm = _layernorm.blas_forward(s, gamma, beta, eps)
+    return y, FusedCache(keep, scale, c_norm)
+
+
+def fused_backward(dy, cache: FusedCache):
+    """``dr = LayerNorm'(dy)`` (or dy), ``dx = dr``, ``ds = dr * keep * scale``."""
+    dgamma = dbeta = None
+    dr = dy
+    if cache.norm is not None:
+        dr, dgamma, dbeta = _layernorm.blas_backward(dy, cache.norm)
+    if cache.keep is None:
+        return dr, dr, dgamma, dbeta
+    ds = dr * cache.keep
+    ds *= cache.scale
+    return dr, ds, dgamma, dbeta
+
+
 TABLE = new_table("add_norm_exit", SCHEMA, add_norm_exit_forward, add_norm_exit_backward, cases)
+TABLE.register(
+    Implementation(
+        "fused", fused_forward, fused_backward, default=True, donates=("s",),
+        note="dropout and the residual add in s's buffer (given up), then the LayerNorm",
+    )
+)  # fmt: skip
 forward, backward = TABLE.forward, TABLE.backward
 
 __all__ = ["TABLE", "AddNormExitCache", "add_norm_exit_backward", "add_norm_exit_forward"]
