@@ -199,7 +199,23 @@ def test_a_part_put_in_place_is_reached_through_every_attention(plant):
         calls.clear()
         _loss_and_backward(model)
         assert calls, kind
+    assert kernels.table("add_norm_exit").chosen("float32").name == "fused"  # not a part
+
+
+def test_a_part_of_add_and_norm_put_in_place_bypasses_the_fused_exit(plant):
+    """A layer norm put in place (a learner's) is reached through every Add & Norm exit:
+    the exit runs its reference, written through the dropout and layernorm tables."""
+    calls = []
+
+    def layernorm_backward(dout, cache):
+        calls.append(dout.shape)
+        return kernels.table("layernorm").reference.backward(dout, cache)
+
+    assert kernels.table("add_norm_exit").chosen("float32").name == "fused"
+    plant("layernorm", layernorm_backward)
     assert kernels.table("add_norm_exit").chosen("float32").name == "reference"
+    _loss_and_backward(_variant_models()["dense"])
+    assert len(calls) >= 4  # the encoder's and decoder's exits, post-LN
 
 
 def test_a_cache_goes_back_to_the_implementation_that_made_it():
