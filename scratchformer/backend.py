@@ -8,7 +8,10 @@ active array module, so switching the backend at run time is seen everywhere at 
     set_backend("cupy")             # or SCRATCHFORMER_BACKEND=cupy in the environment
 
 Dtype policy: parameters and activations are float32 by default; gradient checks run
-in float64 (``with precision("float64"): ...``). Integer token ids are int64.
+in float64 (``with precision("float64"): ...``). Integer token ids are int64. Mixed
+precision computes the activations in float16 while the parameters stay float32
+(``with autocast("float16"): ...``: the models cast their embeddings' output, and every
+op's float16 implementation takes it from there; see scratchformer/train/precision.py).
 
 The few primitives whose best form depends on the backend (scatter-add, row dot
 products, the dropout generator) are in scratchformer/device/; ``host_rng`` here gives
@@ -34,6 +37,9 @@ __all__ = [
     "get_dtype",
     "set_dtype",
     "precision",
+    "autocast",
+    "compute_dtype",
+    "COMPUTE_DTYPES",
     "host_rng",
     "is_array",
     "on_host",
@@ -48,7 +54,15 @@ class BackendError(RuntimeError):
     """The requested backend cannot be used (CuPy not installed, or no GPU)."""
 
 
-_state: dict[str, Any] = {"name": "numpy", "module": numpy, "dtype": numpy.float32}
+_state: dict[str, Any] = {
+    "name": "numpy",
+    "module": numpy,
+    "dtype": numpy.float32,
+    "compute": None,  # the activations' dtype under ``autocast`` (None: the parameters')
+}
+
+#: the dtypes activations can be computed in under ``autocast``
+COMPUTE_DTYPES = ("float16",)
 
 
 class _ArrayModule:
@@ -139,6 +153,25 @@ def precision(dtype):
         yield
     finally:
         _state["dtype"] = old
+
+
+@contextlib.contextmanager
+def autocast(dtype):
+    """Compute the activations in ``dtype`` ("float16"; None: the parameters' dtype) for
+    the duration: mixed precision, the parameters staying in their own dtype."""
+    if dtype is not None and numpy.dtype(dtype).name not in COMPUTE_DTYPES:
+        raise ValueError(f"unsupported compute dtype {dtype}: use one of {COMPUTE_DTYPES}")
+    old = _state["compute"]
+    _state["compute"] = None if dtype is None else numpy.dtype(dtype).type
+    try:
+        yield
+    finally:
+        _state["compute"] = old
+
+
+def compute_dtype():
+    """The activations' dtype under ``autocast``, or None outside it."""
+    return _state["compute"]
 
 
 def is_array(x) -> bool:

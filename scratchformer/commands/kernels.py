@@ -31,7 +31,10 @@ def add_parser(sub) -> None:
     p.add_argument("--check", action="store_true", help="run the parity harness")
     p.add_argument("--all", action="store_true", help="with --check: the references too")
     p.add_argument(
-        "--dtype", choices=["float32", "float64"], action="append", help="with --check (both)"
+        "--dtype",
+        choices=["float16", "float32", "float64"],
+        action="append",
+        help="with --check (all three)",
     )
     p.set_defaults(func=run)
 
@@ -55,7 +58,7 @@ def _list() -> None:
 
 
 def _check(args) -> int:
-    dtypes = tuple(args.dtype or ("float32", "float64"))
+    dtypes = tuple(args.dtype or ("float16", "float32", "float64"))
     rows = parity.check_all(kernels.TABLES, dtypes, every=args.all)
     print(f"parity on {backend.backend_name()}: each implementation against its reference, "
           "largest relative error max|a - b| / max|b| per tensor over the cases")  # fmt: skip

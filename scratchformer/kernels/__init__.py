@@ -35,6 +35,7 @@ from scratchformer.kernels import (
     dot_product_logits,
     dropout,
     embedding,
+    emulated,
     gelu,
     label_smoothed_nll,
     layernorm,
@@ -65,6 +66,8 @@ from scratchformer.kernels.table import (
     set_reference,
 )
 from scratchformer.kernels.table import use as _use
+
+emulated.register(TABLES)  # float16 on NumPy, for mixed precision (kernels/emulated.py)
 
 
 def table(name) -> OpTable:

@@ -52,16 +52,21 @@ class Embedding(Module):
         self.vocab_size, self.d_model, self.pad_id, self.scale = vocab_size, d_model, pad_id, scale
 
     def forward(self, ids):
-        """ids (B, T) int  ->  (B, T, D) = E[ids] * scale."""
+        """ids (B, T) int  ->  (B, T, D) = E[ids] * scale; under ``backend.autocast``
+        (mixed precision) in the activations' dtype: where the float16 ones begin."""
         out, cache = kernels.embedding.forward(ids, self.params["E"], self.pad_id)
         if self.scale != 1.0:
             out = out * self.scale
+        compute = backend.compute_dtype()
+        if compute is not None:
+            out = out.astype(compute)
         return out, cache
 
     def backward(self, dout, cache):
         """``grads["E"] += embedding_backward(dout * scale)``: repeated ids accumulate,
         the pad row gets nothing (added into the gradient itself where the chosen
-        implementation can: ``backward_into``)."""
+        implementation can: ``backward_into``); a float16 gradient in E's dtype."""
+        dout = dout.astype(self.params["E"].dtype, copy=False)
         if self.scale != 1.0:
             dout = dout * self.scale
         kernels.embedding.backward_into(self.grads["E"], dout, cache)

@@ -37,8 +37,9 @@ def dropout_mask(shape, p: float, rng, dtype) -> DropoutCache:
     """The mask ``dropout_forward`` draws for an input of ``shape``: keep each entry with
     probability 1-p (one uniform draw of ``dtype`` per entry). Drawing it again from a
     generator in the same state gives the same mask (memory-efficient attention
-    regenerates its masks in the backward pass this way instead of storing them)."""
-    keep = rng.random(shape, dtype=dtype) >= p
+    regenerates its masks in the backward pass this way instead of storing them).
+    A float16 input draws float32 numbers: generators draw no float16."""
+    keep = rng.random(shape, dtype=dtype if dtype != xp.float16 else xp.float32) >= p
     return DropoutCache(keep, 1.0 / (1.0 - p))
 
 

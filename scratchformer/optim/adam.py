@@ -61,12 +61,21 @@ class Adam:
         self.m = xp.zeros_like(flat.params)  # first moments
         self.v = xp.zeros_like(flat.params)  # second moments
 
-    def step(self, lr: float) -> None:
-        """Apply one Adam update with learning rate ``lr`` to every parameter, in place."""
-        self.t += 1
+    def step(self, lr: float, apply=None) -> None:
+        """Apply one Adam update with learning rate ``lr`` to every parameter, in place.
+
+        ``apply`` (mixed precision): a 0-d bool of the device; the step is taken only
+        where it is true (else nothing changes), and the step count ``t`` is then kept on
+        the device, so that nothing is read back (``state_dict`` reads it)."""
+        if apply is None:
+            self.t += 1
+        else:
+            xp = backend.xp
+            self.t = xp.asarray(self.t, dtype=xp.int64) + apply  # counts the steps taken
         kernels.adam_update.update(
             self.flat.params, self.flat.grads, self.m, self.v, self.t, lr,
             self.beta1, self.beta2, self.eps, self.weight_decay,
+            *(() if apply is None else (apply,)),
         )  # fmt: skip
 
     # -- state ------------------------------------------------------------------------------
@@ -78,7 +87,7 @@ class Adam:
         """
         views = self.flat.views
         return {
-            "t": self.t,
+            "t": int(self.t),
             "beta1": self.beta1,
             "beta2": self.beta2,
             "eps": self.eps,

@@ -11,7 +11,8 @@ protocol and the tasks) and ``evaluation`` (teacher-forced metrics, decoding).
 from scratchformer.errors import ConfigError, TrainingDiverged
 from scratchformer.train.config import LoopConfig, OptimConfig, TrainConfig, shipped_names
 from scratchformer.train.evaluation import decode_outputs, teacher_forced
-from scratchformer.train.loop import Trainer, TrainResult, accumulate_gradients, train
+from scratchformer.train.loop import Trainer, TrainResult, train
+from scratchformer.train.step import accumulate_gradients
 from scratchformer.train.tasks import TASKS, Task, TaskBatch
 
 __all__ = [

@@ -43,6 +43,8 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
 TOP_LEVEL = ("name", "seed", "run_dir")
+#: the values of ``[train] precision`` (train/stepper.py)
+PRECISIONS = ("float32", "float16")
 SECTIONS = ("task", "model", "optim", "train")
 
 
@@ -96,13 +98,24 @@ class LoopConfig:
     test: bool  # judge the test set at the end
     examples: int  # test examples printed at the end
     threads: int  # BLAS threads; 0 = the BLAS default
+    precision: str  # "float32", or "float16": mixed precision (train/stepper.py)
+    loss_scale: float  # mixed precision: the first loss scale (then dynamic)
+    loss_scale_window: int  # mixed precision: good steps in a row that double the scale
 
     def check(self) -> None:
-        for k in ("steps", "max_tokens", "accum_steps"):
+        need(
+            self.precision in PRECISIONS,
+            f"train.precision={self.precision!r}: expected one of {', '.join(PRECISIONS)}",
+        )
+        for k in ("steps", "max_tokens", "accum_steps", "loss_scale_window"):
             need(getattr(self, k) >= 1, f"train.{k} must be >= 1, got {getattr(self, k)}")
+        need(
+            math.isfinite(self.loss_scale) and self.loss_scale > 0,
+            f"train.loss_scale must be a positive number, got {self.loss_scale}",
+        )
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            need(v >= 0, f"train.{f.name} must be >= 0, got {v}")
+            need(isinstance(v, str) or v >= 0, f"train.{f.name} must be >= 0, got {v}")
         need(
             not (0 < self.keep_checkpoints < self.average_last),
             f"train.keep_checkpoints = {self.keep_checkpoints} is fewer than train.average_last "

@@ -4,7 +4,10 @@
     result = Trainer(TrainConfig.load("copy")).run()
     result.test                       # the final model's test metrics
 
-One optimizer step ``s`` (counted from 1):
+``Trainer`` keeps the run: the data and the position in it, the run directory,
+checkpoints, the lock, signals and logging; a ``Stepper`` (train/stepper.py) keeps the
+model, its flat buffers, Adam, the schedule and the precision policy, and takes the
+steps. One optimizer step ``s`` (counted from 1):
 
     1. draw ``accum_steps`` token-budget batches (the data order is a function of
        ``(seed, epoch)``; the position in it is part of the saved state)
@@ -14,8 +17,10 @@ One optimizer step ``s`` (counted from 1):
        union of the micro-batches, exactly as if they were one batch (with several
        processes, each takes its share of every micro-batch and one all-reduce sums
        their gradients and counts first: ``distributed.py``)
-    4. stop with an error naming the step if the loss or the gradient norm is not finite
-    5. clip the global gradient norm, ``lr = schedule(s)``, one Adam step
+    4. clip the global gradient norm, ``lr = schedule(s)``, one Adam step
+    5. at the next record, stop with an error naming the step if the loss or the
+       gradient norm is not finite (in mixed precision an overflow skips the step
+       instead: the loss scale is halved, and the record counts it)
 
 Because every source of randomness is a function of ``(seed, step)`` or
 ``(seed, epoch)``, a checkpoint holding the parameters, Adam's moments, the step and
@@ -40,7 +45,6 @@ classified), with the last checkpoint and with the average of the last
 
 from __future__ import annotations
 
-import math
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -48,50 +52,33 @@ from pathlib import Path
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from scratchformer import backend, compat, device, distributed
+from scratchformer import device, distributed
 from scratchformer.checkpoint import (
-    CheckpointError,
     checkpoint_name,
-    latest_checkpoint,
     list_checkpoints,
-    load_checkpoint,
     save_checkpoint,
 )
 from scratchformer.data.batching import TokenBatchSampler
 from scratchformer.errors import Interrupted, TrainingDiverged
-from scratchformer.optim import Adam, clip_grad_norm, make_schedule
 from scratchformer.progress import clock, terminal
 from scratchformer.train import final, report
 from scratchformer.train.config import TrainConfig
 from scratchformer.train.interrupts import Interrupts, agree, ending
 from scratchformer.train.limits import check_accumulation, check_training_memory, local_processes
 from scratchformer.train.report import TrainResult
-from scratchformer.train.resume import (
-    check_position,
-    check_ranks,
-    check_resumable,
-    check_same_run,
-)
+from scratchformer.train.resume import resume_run
 from scratchformer.train.rundir import (
     LOCK_NAME,
     RunLock,
     append_record,
     clear_for_fresh_run,
-    drop_later_checkpoints,
     prune_checkpoints,
     refuse_foreign_files,
     remove_temporaries,
-    truncate_metrics,
     write_config,
 )
-from scratchformer.train.step import (
-    Divergence,
-    Window,
-    accumulate_gradients,
-    dropout_seed,
-    nonfinite_state,
-    stop_message,
-)
+from scratchformer.train.step import Divergence, Window, dropout_seed, stop_message
+from scratchformer.train.stepper import Stepper
 from scratchformer.train.tasks import TASKS
 
 
@@ -152,15 +139,8 @@ class Trainer:
         outputs = getattr(self.model, "num_classes", self.model_config.vocab_size)
         self.divergence = Divergence(outputs)  # a finite loss that explodes stops the run
         self.smoothed = bool(self.model_config.eps_ls)  # the loss shown is not the NLL
-        self.flat = self.model.flatten()  # every parameter in one array, every gradient too
-        self.optimizer = Adam(self.flat, o.beta1, o.beta2, o.eps, o.weight_decay)
-        self.schedule = make_schedule(
-            o.schedule,
-            d_model=self.model_config.d_model,
-            warmup=o.warmup,
-            lr_factor=o.lr_factor,
-            lr=o.lr,
-        )
+        self.stepper = Stepper(self.model, o, t, self.model_config.d_model, w)
+        self.flat = self.stepper.flat  # every parameter in one array, every gradient too
         # Position: optimizer steps done, and the next batch of the data order.
         self.step, self.epoch, self.batch_index = 0, 0, 0
         self.tokens_seen = 0
@@ -181,7 +161,7 @@ class Trainer:
             self.lock = RunLock(self.run_dir).acquire(echo)
             try:  # refused: the directory is let go at once (the exception may be kept)
                 if resume:
-                    self._resume(resume, overwrite)
+                    resume_run(self, resume, overwrite)
                 else:
                     clear_for_fresh_run(self.run_dir, overwrite)
                 remove_temporaries(self.run_dir, echo)
@@ -196,31 +176,6 @@ class Trainer:
                 w.before_abort.append(lambda: RunLock.clear_holder(path, holder))
 
     # -- the run directory ------------------------------------------------------------------
-    def _resume(self, resume, overwrite: bool) -> None:
-        if resume in (True, "latest"):
-            path = latest_checkpoint(self.ckpt_dir)
-            if path is None:
-                raise CheckpointError(f"nothing to resume: no checkpoints in {self.ckpt_dir}")
-        else:
-            path = Path(resume)
-        ck = load_checkpoint(path)
-        check_resumable(ck, path, self.cfg, self.task, self.model_config)
-        check_same_run(self.run_dir, ck, path)
-        self.model.load_state_dict(ck.model.state_dict())
-        self.optimizer.load_state_dict(ck.optimizer_state)
-        ts = compat.train_state(ck.train_state)
-        self.step, self.epoch, self.batch_index = ts["step"], ts["epoch"], ts["batch_index"]
-        check_position(self.step, self.epoch, self.batch_index, self.sampler, self.cfg.train, path)
-        self.tokens_seen = ts.get("tokens_seen", 0)
-        self.seconds_before = ts.get("seconds", 0.0)
-        self.window = Window(ts.get("window"))
-        self.last_checkpoint = path
-        self.saved = [(self.step, path)]
-        check_ranks(ts, path, self.world)
-        drop_later_checkpoints(self.ckpt_dir, self.step, overwrite)
-        prune_checkpoints(self.ckpt_dir, self.cfg.train)
-        truncate_metrics(self.metrics_path, self.step)
-
     def _share_state(self) -> None:
         """Every rank starts from rank 0's parameters, moments and position (a resumed
         run's are read by rank 0 alone; a fresh run's are equal already)."""
@@ -230,12 +185,11 @@ class Trainer:
         keys = ("step", "epoch", "batch_index", "tokens_seen", "seconds_before", "last_checkpoint")
         keys += ("saved",)
         mine = {k: getattr(self, k) for k in keys}
-        state = w.broadcast({**mine, "t": self.optimizer.t, "window": self.window.state()})
+        state = w.broadcast({**mine, "window": self.window.state()})
         for k in keys:
             setattr(self, k, state[k])
-        self.optimizer.t, self.window = state["t"], Window(state["window"])
-        for a in (self.flat.params, self.optimizer.m, self.optimizer.v):
-            w.broadcast_(a)
+        self.window = Window(state["window"])
+        self.stepper.share(w)
 
     # -- state -------------------------------------------------------------------------------
     def train_state(self) -> dict:
@@ -249,6 +203,7 @@ class Trainer:
             "window": self.window.state(),
             "data": self.task.fingerprint(),
             "ranks": self.world.size,
+            **self.stepper.state(),
         }
 
     def meta(self) -> dict:
@@ -265,7 +220,7 @@ class Trainer:
         parameters differ."""
         since = self.checked_step
         self._check_steps()
-        bad = nonfinite_state(self.optimizer)
+        bad = self.stepper.nonfinite()
         if bad:
             self.checked_step = since  # it happened at some step after the last check
             self._diverged(bad)
@@ -278,7 +233,7 @@ class Trainer:
             self.ckpt_dir / checkpoint_name(self.step),
             self.model,
             step=self.step,
-            optimizer=self.optimizer,
+            optimizer=self.stepper.optimizer,
             meta=self.meta(),
             train_state=self.train_state(),
         )
@@ -303,29 +258,18 @@ class Trainer:
         return self.task.batch("train", idx) if len(idx) else None  # None: an empty share
 
     def train_step(self) -> dict:
-        """One optimizer step over ``accum_steps`` micro-batches (see the module doc)."""
+        """One optimizer step over ``accum_steps`` micro-batches (see the module doc).
+        Its loss, NLL and norm stay on the device: read at the next record or save, where
+        a value that is not finite, or has exploded, is reported."""
         cfg = self.cfg
         s = self.step + 1
         batches = [self.next_batch() for _ in range(cfg.train.accum_steps)]
         r = self.world.rank
         rngs = [device.generator(dropout_seed(cfg.seed, s, i, r)) for i in range(len(batches))]
-        lr = self.schedule(s)
-        # loss, nll and the norm stay on the device: read at the next record or save, where
-        # a value that is not finite, or has exploded, is reported (no warning before it)
-        with backend.np.errstate(over="ignore", invalid="ignore"):
-            loss, nll, _, tokens = accumulate_gradients(self.model, batches, rngs, self.world)
-            grad_norm = clip_grad_norm(self.flat.grads, cfg.optim.clip_norm)
-            self.optimizer.step(lr)
+        rec = self.stepper.step(s, batches, rngs)
         self.step = s
-        self.tokens_seen += tokens
-        return {
-            "step": s,
-            "loss": loss,
-            "nll": nll,
-            "lr": lr,
-            "grad_norm": grad_norm,
-            "tokens": tokens,
-        }
+        self.tokens_seen += rec["tokens"]
+        return rec
 
     def _check_steps(self) -> list:
         """Read the losses of the steps since the last check (one transfer; see
@@ -333,15 +277,12 @@ class Trainer:
         finite. Returns them, ``[(step, loss, nll, norm)]``; the run's ``losses`` grow by
         them."""
         read = self.window.flush(self.world)
-        self.losses += [(s, loss) for s, loss, _, _ in read]
-        for s, loss, _, norm in read:
-            if not math.isfinite(loss):
-                self._diverged(f"the training loss is {loss}", s)
-            if not math.isfinite(norm):
-                self._diverged(f"the gradient norm is {norm}", s)
-            exploded = self.divergence.check(s, loss)
-            if exploded:
-                self._diverged(exploded, s, finite=True, first=self.divergence.first)
+        self.losses += [(s, loss) for s, loss, _, _, skipped, _ in read if not skipped]
+        problem = self.divergence.judge(read)
+        if problem:
+            self._diverged(*problem)
+        if read and self.stepper.scale_too_small():
+            self._diverged(self.stepper.scale_too_small(), read[-1][0])
         self.checked_step = self.step
         return read
 
@@ -548,13 +489,8 @@ def train(
     final_eval=True,
 ) -> TrainResult:
     """Train a run to ``cfg.train.steps`` (the default run when ``cfg`` is None)."""
-    trainer = Trainer(
-        cfg or TrainConfig.default(),
-        resume=resume,
-        overwrite=overwrite,
-        progress=progress,
-        echo=echo,
-    )
+    cfg = cfg or TrainConfig.default()
+    trainer = Trainer(cfg, resume=resume, overwrite=overwrite, progress=progress, echo=echo)
     return trainer.run(final_eval=final_eval)
 
 

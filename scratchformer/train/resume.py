@@ -5,7 +5,7 @@ data order, the model and the optimisation is as it was: the task and its data s
 the seed, the batches, the schedule, Adam. It may change where it writes, when it stops,
 how often it logs, validates and saves, its threads and its test-time decoding
 (``RESUMABLE``); ``resume_changes`` lists every other setting that differs, so that the
-refusal names them all.
+refusal names them all. ``resume_run`` puts a run back where a checkpoint left it.
 """
 
 from __future__ import annotations
@@ -14,10 +14,23 @@ import json
 from pathlib import Path
 
 from scratchformer import compat
-from scratchformer.checkpoint import CheckpointError, list_checkpoints, read_header
+from scratchformer.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    read_header,
+)
 from scratchformer.errors import ConfigError
 from scratchformer.train.config import TrainConfig
-from scratchformer.train.rundir import CONFIG_NAME, is_run_config
+from scratchformer.train.rundir import (
+    CONFIG_NAME,
+    drop_later_checkpoints,
+    is_run_config,
+    prune_checkpoints,
+    truncate_metrics,
+)
+from scratchformer.train.step import Window
 
 #: what a resumed run may change: where it is, when it stops, how often it logs,
 #: validates and saves, its threads and its test-time decoding. Anything else would
@@ -119,6 +132,7 @@ def check_resumable(ck, path, cfg, task, model_config) -> None:
 __all__ = [
     "RESUMABLE",
     "check_position",
+    "resume_run",
     "check_ranks",
     "check_resumable",
     "check_same_run",
@@ -207,3 +221,35 @@ def check_ranks(train_state: dict, path, world) -> None:
             f"this one has {world.size}: resume it with the same number ({how}), as each "
             "process draws its own dropout masks"
         )
+
+
+def resume_run(trainer, resume, overwrite: bool) -> None:
+    """Put ``trainer`` back where the checkpoint ``resume`` left it (a path, or True /
+    "latest" for the newest in its run directory): the model, Adam and the loss scale,
+    the position in the data, the window of the next record; every check first. The
+    checkpoints after it and the metrics of later steps go (with ``overwrite``)."""
+    if resume in (True, "latest"):
+        path = latest_checkpoint(trainer.ckpt_dir)
+        if path is None:
+            raise CheckpointError(f"nothing to resume: no checkpoints in {trainer.ckpt_dir}")
+    else:
+        path = Path(resume)
+    ck = load_checkpoint(path)
+    check_resumable(ck, path, trainer.cfg, trainer.task, trainer.model_config)
+    check_same_run(trainer.run_dir, ck, path)
+    trainer.model.load_state_dict(ck.model.state_dict())
+    trainer.stepper.optimizer.load_state_dict(ck.optimizer_state)
+    ts = compat.train_state(ck.train_state)
+    trainer.stepper.load_state(ts)
+    trainer.step, trainer.epoch, trainer.batch_index = ts["step"], ts["epoch"], ts["batch_index"]
+    check_position(trainer.step, trainer.epoch, trainer.batch_index, trainer.sampler,
+                   trainer.cfg.train, path)  # fmt: skip
+    trainer.tokens_seen = ts.get("tokens_seen", 0)
+    trainer.seconds_before = ts.get("seconds", 0.0)
+    trainer.window = Window(ts.get("window"))
+    trainer.last_checkpoint = path
+    trainer.saved = [(trainer.step, path)]
+    check_ranks(ts, path, trainer.world)
+    drop_later_checkpoints(trainer.ckpt_dir, trainer.step, overwrite)
+    prune_checkpoints(trainer.ckpt_dir, trainer.cfg.train)
+    truncate_metrics(trainer.metrics_path, trainer.step)

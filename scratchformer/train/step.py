@@ -31,7 +31,9 @@ def nonfinite_state(optimizer) -> str:
     return ""
 
 
-def accumulate_gradients(model, batches, rngs=None, world=None) -> tuple[float, float, int, int]:
+def accumulate_gradients(
+    model, batches, rngs=None, world=None, scale=None
+) -> tuple[float, float, int, int]:
     """Zero the gradients, then leave in them the gradient of the mean loss over the union
     of ``batches`` (``TaskBatch``es; their targets together), as one batch would, and
     over the batches of every rank of ``world`` (a ``distributed.World``; None: this
@@ -44,7 +46,9 @@ def accumulate_gradients(model, batches, rngs=None, world=None) -> tuple[float, 
     over-weight the short micro-batches.) A batch may be None: this rank's share of it
     is empty, and it adds nothing.
 
-    ``rngs``: one dropout generator per micro-batch, or None (dropout off).
+    ``rngs``: one dropout generator per micro-batch, or None (dropout off). ``scale``:
+    the loss scale of mixed precision (a 0-d array of the device), by which every
+    gradient is then multiplied too; None: 1.
 
     Nothing is read back from the device: the batches are host arrays (the model checks
     and moves them), their counts come from the host (``n_targets``), and the losses stay
@@ -63,7 +67,8 @@ def accumulate_gradients(model, batches, rngs=None, world=None) -> tuple[float, 
         rng = rngs[i] if rngs is not None else None
         loss, cache = model.loss_forward(*b.inputs, b.targets, rng=rng)
         n = b.n_targets
-        model.loss_backward(cache, dloss=float(n))  # the gradient of the summed loss
+        dloss = float(n) if scale is None else scale * float(n)  # of the summed loss
+        model.loss_backward(cache, dloss=dloss)
         loss_sum = loss_sum + loss.astype(xp.float64) * n  # float64, as a host sum would be
         nll_sum = nll_sum + kernels.cross_entropy.nll_sum(cache.loss).astype(xp.float64)
         n_total += n
@@ -94,6 +99,9 @@ class Window:
     checkpoint saves the host sums (``state``, after a flush) and a resumed run starts
     from them (``Window(state)``): when checkpoints fall between two records, the next
     record then averages the same steps as in a run that was never stopped.
+
+    Mixed precision: a step whose scaled gradients overflowed was skipped; its loss is
+    left out of the sums and it is counted in ``skipped`` instead.
     """
 
     def __init__(self, state: dict | None = None):
@@ -102,61 +110,76 @@ class Window:
             self.loss = float(state.get("loss", 0.0))
             self.nll = float(state.get("nll", 0.0))
             self.steps = int(state.get("steps", 0))
+            self.skipped = int(state.get("skipped", 0))
         except (AttributeError, TypeError, ValueError):
             raise ScratchformerError(
                 f"the checkpoint's train_state.window is not valid ({state!r:.80})"
             ) from None
-        self.pending = []  # [(step, loss, nll, gradient norm)] on the device, not read yet
+        # [(step, loss, nll, gradient norm, skipped, loss scale)] on the device, not read
+        self.pending = []
         self.tokens = 0  # of this process's steps alone: tokens/s is this process's speed
         self.t0 = time.perf_counter()
 
     def state(self) -> dict:
         """The sums the record averages (JSON numbers: a float's repr reads back exactly);
         ``flush`` first."""
-        return {"loss": self.loss, "nll": self.nll, "steps": self.steps}
+        state = {"loss": self.loss, "nll": self.nll, "steps": self.steps}
+        return state | ({"skipped": self.skipped} if self.skipped else {})
 
     def add(self, rec: dict) -> None:
-        self.pending.append((rec["step"], rec["loss"], rec["nll"], rec["grad_norm"]))
+        more = (rec.get("skipped", False), rec.get("loss_scale", 0.0))
+        self.pending.append((rec["step"], rec["loss"], rec["nll"], rec["grad_norm"], *more))
         self.tokens += rec["tokens"]
 
-    def flush(self, world=None) -> list[tuple[int, float, float, float]]:
-        """Read the pending steps' losses, NLLs and gradient norms (one transfer; the
-        losses summed over the ranks, the norm being the same on each) into the host
-        sums; returns them, ``[(step, loss, nll, gradient norm)]``."""
+    def flush(self, world=None) -> list[tuple]:
+        """Read the pending steps' losses, NLLs, gradient norms and (mixed precision)
+        skip flags and loss scales (one transfer; the losses summed over the ranks, the
+        rest being the same on each) into the host sums; returns them, ``[(step, loss,
+        nll, gradient norm, skipped, loss scale)]`` (a loss scale of 0: none)."""
         if not self.pending:
             return []
         steps = [p[0] for p in self.pending]
         values = xp.stack([xp.asarray(v, dtype=xp.float64) for p in self.pending for v in p[1:]])
-        values = backend.asnumpy(values).reshape(len(steps), 3)
+        values = backend.asnumpy(values).reshape(len(steps), 5)
         losses = [float(v) for v in values[:, :2].reshape(-1)]
         if world is not None:
             losses = world.sum_floats(losses)
         self.pending = []
         read = [
-            (s, losses[2 * i], losses[2 * i + 1], float(values[i, 2])) for i, s in enumerate(steps)
-        ]
-        self.loss += sum(r[1] for r in read)
-        self.nll += sum(r[2] for r in read)
-        self.steps += len(read)
+            (s, losses[2 * i], losses[2 * i + 1], float(values[i, 2]), bool(values[i, 3]),
+             float(values[i, 4]))
+            for i, s in enumerate(steps)
+        ]  # fmt: skip
+        taken = [r for r in read if not r[4]]
+        self.loss += sum(r[1] for r in taken)
+        self.nll += sum(r[2] for r in taken)
+        self.steps += len(taken)
+        self.skipped += len(read) - len(taken)
         return read
 
     def tokens_per_s(self) -> float:
         return self.tokens / max(time.perf_counter() - self.t0, 1e-9)
 
     def record(self, step: int, epoch: int, rec: dict, tokens_seen: int) -> dict:
-        """The "train" record of the window (``flush`` first)."""
-        return {
+        """The "train" record of the window (``flush`` first); with mixed precision, the
+        steps skipped since the last record and the loss scale after this step."""
+        n = max(self.steps, 1)  # every step skipped: the sums are 0 (no mean to give)
+        r = {
             "kind": "train",
             "step": step,
             "epoch": epoch,
-            "loss": self.loss / self.steps,  # the training objective, mean over the window
-            "nll": self.nll / self.steps,  # without label smoothing: ppl = exp(nll)
-            "ppl": perplexity(self.nll / self.steps),
+            "loss": self.loss / n,  # the training objective, mean over the window
+            "nll": self.nll / n,  # without label smoothing: ppl = exp(nll)
+            "ppl": perplexity(self.nll / n),
             "lr": rec["lr"],
             "grad_norm": float(rec["grad_norm"]),  # before clipping, of the last step
             "tokens_per_s": self.tokens_per_s(),
             "tokens_seen": tokens_seen,
         }
+        if "loss_scale" in rec:
+            r["skipped_steps"] = self.skipped
+            r["loss_scale"] = float(rec["loss_scale"])
+        return r
 
 
 def perplexity(nll: float) -> float | None:
@@ -188,6 +211,23 @@ class Divergence:
         self.recent: deque = deque(maxlen=self.RECENT)
         self.run = 0  # steps in a row above the second rule's bound
         self.first = 0  # the step the divergence ``check`` reports began
+
+    def judge(self, read: list) -> tuple | None:
+        """The first problem among the steps ``read`` (``Window.flush``'s): ``(what,
+        step, finite, first)`` for ``Trainer._diverged``, or None. A loss or gradient
+        norm that is not finite; a loss that ``check`` finds exploded. A step that mixed
+        precision skipped (its gradients overflowed) is no problem: it changed nothing."""
+        for s, loss, _, norm, skipped, _ in read:
+            if skipped:
+                continue
+            if not math.isfinite(loss):
+                return f"the training loss is {loss}", s, False, None
+            if not math.isfinite(norm):
+                return f"the gradient norm is {norm}", s, False, None
+            exploded = self.check(s, loss)
+            if exploded:
+                return exploded, s, True, self.first
+        return None
 
     def check(self, step: int, loss: float) -> str:
         """'' for a sound step; else why step ``step`` with ``loss`` diverged (since step

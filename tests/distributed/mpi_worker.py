@@ -26,12 +26,12 @@ def five_steps(cfg: dict, world=None) -> dict:
                 if s == 0:
                     out["grads"] = B.asnumpy(tr.flat.grads).copy()
                 tr.window.add(rec)  # the loss stays on the device until read: as the loop does
-                losses += [loss for _, loss, _, _ in tr.window.flush(world)]
+                losses += [r[1] for r in tr.window.flush(world)]
             out["losses"] = np.array(losses)
             out["tokens"] = np.array(tr.tokens_seen)
             out["params"] = B.asnumpy(tr.flat.params).copy()
-            out["m"] = B.asnumpy(tr.optimizer.m).copy()
-            out["v"] = B.asnumpy(tr.optimizer.v).copy()
+            out["m"] = B.asnumpy(tr.stepper.optimizer.m).copy()
+            out["v"] = B.asnumpy(tr.stepper.optimizer.v).copy()
             return out
         finally:
             if tr.lock:

@@ -50,11 +50,11 @@ def test_a_non_finite_state_is_refused_and_the_last_finite_checkpoint_named(tmp_
     tr.train_step()
     good = tr.save()
     tr.train_step()
-    flat = tr.optimizer.flat
+    flat = tr.stepper.optimizer.flat
     array = {
         "parameter": flat.params,
-        "Adam first moment": tr.optimizer.m,
-        "Adam second moment": tr.optimizer.v,
+        "Adam first moment": tr.stepper.optimizer.m,
+        "Adam second moment": tr.stepper.optimizer.v,
     }[store]
     name = sorted(flat.names)[3]
     flat.view(array, name)[...] = B.xp.inf

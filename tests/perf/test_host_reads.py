@@ -18,7 +18,7 @@ from scratchformer import backend as B
 from scratchformer.decode import beam_search, greedy_decode
 from scratchformer.models import Transformer, TransformerConfig
 from scratchformer.train import TrainConfig, Trainer
-from scratchformer.train import loop as train_loop
+from scratchformer.train import stepper as train_stepper
 
 STEPS = 3
 
@@ -31,12 +31,13 @@ def _has_sentencepiece() -> bool:
     return True
 
 
-def trainer(task, N, root):
+def trainer(task, N, root, **train):
     if task == "translate" and not _has_sentencepiece():
         pytest.skip("sentencepiece is not installed (the bpe extra)")
     cfg = run_config(task, root, steps=100, log_every=100, eval_every=100, checkpoint_every=100)
     cfg["model"].update(N=N, P_drop=0.1, P_drop_attn=0.1)
     cfg["train"]["accum_steps"] = 2
+    cfg["train"].update(train)
     return Trainer(TrainConfig.from_dict(cfg), progress=False, echo=lambda *a: None)
 
 
@@ -70,16 +71,29 @@ def test_a_training_step_reads_nothing_back(task, N, tmp_path, monkeypatch):
     assert at_record == ["transfer to NumPy at train/step.py:" + at_record[0].split(":")[1]]
 
 
+@pytest.mark.parametrize("task", TASK_NAMES)
+def test_a_mixed_precision_step_reads_nothing_back(task, tmp_path, monkeypatch):
+    """Loss scaling decides on the device: the scale, the skip flag and Adam's step count
+    stay device arrays (a first scale of 2^40 makes the first steps overflow and skip)."""
+    with recording(monkeypatch) as reads:
+        tr = trainer(task, 2, tmp_path, precision="float16", loss_scale=2.0**40)
+        try:
+            during, _ = steps_reads(tr, reads)
+        finally:
+            tr.lock.release()
+    within_budget(during)
+
+
 def test_the_count_fails_when_a_float_of_the_loss_comes_back(tmp_path, monkeypatch):
     """The check is not vacuous: reading the loss in the step is caught, per step."""
-    original = train_loop.accumulate_gradients
+    original = train_stepper.accumulate_gradients
 
     def reads_the_loss(*args, **kwargs):
         out = original(*args, **kwargs)
         float(out[0])
         return out
 
-    monkeypatch.setattr(train_loop, "accumulate_gradients", reads_the_loss)
+    monkeypatch.setattr(train_stepper, "accumulate_gradients", reads_the_loss)
     with recording(monkeypatch) as reads:
         tr = trainer("reverse", 2, tmp_path)
         try:

@@ -45,7 +45,7 @@ def test_accumulation_takes_the_step_of_one_batch_of_the_union(task, tmp_path, f
     for k, g in tr.model.gradients().items():
         np.testing.assert_allclose(grads_k[k], B.asnumpy(g), rtol=1e-9, atol=1e-12, err_msg=k)
     rec = tr.train_step()  # the loop's step uses both micro-batches
-    assert tr.batch_index == 2 and tr.optimizer.t == 1
+    assert tr.batch_index == 2 and tr.stepper.optimizer.t == 1
     assert rec["loss"] == pytest.approx(loss_1, rel=1e-12)
 
 

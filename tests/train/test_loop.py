@@ -200,7 +200,7 @@ def test_inf_gradient_stops_training(tmp_path, monkeypatch):
     and the stop names the step it was not finite at."""
     tr = Trainer(small_config(tmp_path), progress=False, echo=quiet)
     monkeypatch.setattr(
-        "scratchformer.train.loop.clip_grad_norm", lambda g, m: B.asarray(float("inf"))
+        "scratchformer.train.stepper.clip_grad_norm", lambda g, m: B.asarray(float("inf"))
     )
     with pytest.raises(TrainingDiverged, match="step 1, the gradient norm is inf.*no checkpoint"):
         tr.run(final_eval=False)

@@ -1,0 +1,142 @@
+"""Mixed precision: float32 master weights, float16 activations (emulated on NumPy as
+tensor cores compute), dynamic loss scaling decided on the device. A planted overflow is
+skipped, halves the scale and changes nothing; good steps grow it back; a run whose
+steps overflow never stops as divergence and counts them; a killed and resumed mixed
+run equals the uninterrupted one bit for bit."""
+
+import json
+
+import numpy as np
+import pytest
+from test_loop import quiet, small_config
+
+from scratchformer import backend as B
+from scratchformer import device, kernels
+from scratchformer.checkpoint import load_checkpoint
+from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.optim.scaler import LossScaler
+from scratchformer.train import ConfigError, TrainConfig, train
+from scratchformer.train.config import LoopConfig, OptimConfig
+from scratchformer.train.stepper import Stepper
+
+MIXED = {"precision": "float16"}
+
+
+def _stepper(window=2, scale=2.0**15, **model):
+    cfg = TransformerConfig.preset("tiny", vocab_size=13, **{"P_drop": 0.0, **model})
+    d = TrainConfig.default().to_dict()
+    loop = LoopConfig(**{**d["train"], "precision": "float16", "loss_scale": scale,
+                         "loss_scale_window": window})  # fmt: skip
+    return Stepper(Transformer(cfg), OptimConfig(**d["optim"]), loop, cfg.d_model)
+
+
+def _batch(seed=0):
+    from scratchformer.data import collate
+    from scratchformer.train.tasks.base import TaskBatch
+
+    r = np.random.default_rng(seed)
+    pairs = [(list(r.integers(3, 13, 5)), list(r.integers(3, 13, 4))) for _ in range(6)]
+    src, tgt_in, tgt_out, _, n = collate(pairs)
+    return TaskBatch((src, tgt_in), tgt_out, n, n)
+
+
+def test_the_activations_are_float16_and_the_master_weights_float32():
+    st = _stepper()
+    with B.autocast("float16"):
+        logits, _ = st.model.forward(*_batch().inputs)
+    assert logits.dtype == np.float16
+    rec = st.step(1, [_batch()], [device.generator(1)])
+    assert st.flat.params.dtype == np.float32 and st.flat.grads.dtype == np.float32
+    assert rec["loss"].dtype == np.float64 and not bool(rec["skipped"])
+    chosen = {t.name: t.chosen("float16").name for t in kernels.TABLES.values()}
+    assert chosen["linear"] == chosen["attention_core"] == "emulated"
+
+
+def test_a_planted_overflow_is_skipped_halves_the_scale_and_good_steps_grow_it():
+    """A first scale of 2^60 overflows float16's gradients (largest 65,504): each such
+    step leaves the parameters, the moments and Adam's step count exactly as they were and
+    halves the scale; once a step fits, every ``window`` good steps double it."""
+    st = _stepper(window=2, scale=2.0**60)
+    trace = []
+    for s in range(1, 60):
+        before = (
+            B.asnumpy(st.flat.params).copy(),
+            B.asnumpy(st.optimizer.m).copy(),
+            int(st.optimizer.t),
+        )
+        rec = st.step(s, [_batch(s)], [None])
+        skipped = bool(rec["skipped"])
+        trace.append((s, float(rec["loss_scale"]), skipped, float(st.scaler.scale)))
+        if skipped:
+            np.testing.assert_array_equal(B.asnumpy(st.flat.params), before[0])
+            np.testing.assert_array_equal(B.asnumpy(st.optimizer.m), before[1])
+            assert int(st.optimizer.t) == before[2]
+        else:
+            assert int(st.optimizer.t) == before[2] + 1
+    skips = [t for t in trace if t[2]]
+    assert skips and trace[0][2], trace[:3]
+    for _, used, skipped, after in trace:
+        assert after == (used / 2 if skipped else after)
+    first_good = next(i for i, t in enumerate(trace) if not t[2])
+    good = trace[first_good]
+    # the window: two good steps in a row, then the scale doubles
+    assert trace[first_good + 1][1] == good[1] or trace[first_good + 1][2]
+    grown = [t for t in trace[first_good:] if not t[2] and t[3] == 2 * t[1]]
+    assert grown, trace
+    assert int(st.scaler.skipped) == len(skips)
+    assert int(st.optimizer.t) == len(trace) - len(skips)
+
+
+def test_the_scaler_grows_and_halves_by_its_rules_on_the_device():
+    xp = B.xp
+    sc = LossScaler(8.0, window=3)
+    for ok, want in [(True, 8), (True, 8), (True, 16), (False, 8), (True, 8), (True, 8),
+                     (True, 16)]:  # fmt: skip
+        sc.update(xp.asarray(ok))
+        assert float(sc.scale) == want
+    assert sc.state_dict() == {"scale": 16.0, "good": 0, "skipped": 1, "window": 3}
+
+
+def test_an_overflowing_run_does_not_stop_as_divergence_and_counts_its_skips(tmp_path):
+    """A first scale of 2^60: the first steps overflow and are skipped (counted in
+    metrics.jsonl with the loss scale), never reported as a divergence; the run ends."""
+    cfg = small_config(tmp_path, steps=30, log_every=5, **MIXED, loss_scale=2.0**60)
+    result = train(cfg, progress=False, echo=quiet, final_eval=False)
+    assert result.step == 30
+    recs = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    train_recs = [r for r in recs if r["kind"] == "train"]
+    assert train_recs[0]["skipped_steps"] > 0
+    assert sum(r["skipped_steps"] for r in train_recs) > 0
+    assert train_recs[-1]["loss_scale"] < 2.0**60
+    assert not [r for r in recs if r["kind"] == "error"]
+
+
+def test_a_killed_and_resumed_mixed_run_equals_the_uninterrupted_one(tmp_path):
+    n = 6
+    mixed = {**MIXED, "loss_scale": 2.0**20, "loss_scale_window": 3}
+
+    def run(where, steps, resume=None):
+        cfg = small_config(tmp_path / where, steps=steps, checkpoint_every=n, **mixed)
+        return train(cfg, resume=resume, progress=False, echo=quiet, final_eval=False)
+
+    full = run("a", 2 * n)
+    first = run("b", n)
+    second = run("b", 2 * n, resume="latest")
+    assert first.losses + second.losses == full.losses  # bit for bit
+    a, b = load_checkpoint(full.checkpoint), load_checkpoint(second.checkpoint)
+    for k, v in a.model.state_dict().items():
+        assert v.dtype == np.float32  # the master weights
+        np.testing.assert_array_equal(v, b.model.state_dict()[k])
+    for moment in ("m", "v"):
+        for k, v in a.optimizer_state[moment].items():
+            np.testing.assert_array_equal(v, b.optimizer_state[moment][k])
+    assert a.optimizer_state["t"] == b.optimizer_state["t"]
+    assert a.train_state["loss_scale"] == b.train_state["loss_scale"]
+
+
+def test_the_setting_is_checked_where_it_enters(tmp_path):
+    with pytest.raises(ConfigError, match="train.precision='float8'"):
+        small_config(tmp_path, precision="float8")
+    with pytest.raises(ConfigError, match="train.loss_scale must be a positive"):
+        small_config(tmp_path, **MIXED, loss_scale=0.0)
+    assert TrainConfig.default().train.precision == "float32"  # off by default
