@@ -330,6 +330,7 @@ class Trainer:
             self.echo(f"resuming {cfg.name} at step {self.step} from {self.last_checkpoint}")
         t_start = self.t_start = time.perf_counter()
         self.interrupts.phase = "steps"
+        first = self.step
         losses, valid, stopped = self._loop(t_start)
         train_seconds = time.perf_counter() - t_start
         if self.interrupts.signum:  # the step in flight finished and was saved
@@ -361,7 +362,7 @@ class Trainer:
         # tokens/s of the steps alone: validation and saving are left out
         speed = self.tokens_seen_here / max(train_seconds - self.aside_seconds, 1e-9)
         self.echo(
-            f"done: step {self.step}, {len(losses)} steps in {clock(train_seconds)} "
+            f"done: step {self.step}, {self.step - first} steps in {clock(train_seconds)} "
             f"({speed:,.0f} tokens/s), {clock(elapsed)} with evaluation"
         )
         for line in report.files_written(self.run_dir, kept, averaged):

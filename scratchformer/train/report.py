@@ -97,11 +97,14 @@ def step_prefix(step: int, steps: int) -> str:
 
 def train_line(rec: dict, steps: int, smoothed: bool = False) -> str:
     """The periodic line of a "train" record of metrics.jsonl (``smoothed``: see
-    ``metrics_text``)."""
+    ``metrics_text``); in mixed precision, the loss scale and the steps it skipped."""
+    scaling = ""
+    if "loss_scale" in rec:
+        scaling = f"loss scale {rec['loss_scale']:.3g}, {rec['skipped_steps']} skipped | "
     return (
         f"{step_prefix(rec['step'], steps)} | {metrics_text(rec, ('loss', 'ppl'), smoothed)} | "
         f"lr {rec['lr']:.2e} | "
-        f"grad norm {rec['grad_norm']:.3g} | {rec['tokens_per_s']:,.0f} tok/s | "
+        f"grad norm {rec['grad_norm']:.3g} | {scaling}{rec['tokens_per_s']:,.0f} tok/s | "
         f"{clock(rec['elapsed'])}"
     )
 
@@ -143,6 +146,17 @@ def header(cfg, task, model, batches_per_epoch: int, run_dir, ranks: int = 1) ->
         f"{accum}{limit}, "
         f"{batches_per_epoch} batches/epoch -> {run_dir}",
         *loss_note(mc.eps_ls),
+        *precision_note(t),
+    ]
+
+
+def precision_note(t) -> list[str]:
+    """The header's line on mixed precision, when the run uses it."""
+    if t.precision == "float32":
+        return []
+    return [
+        f"precision: {t.precision} activations, float32 master weights and Adam; dynamic "
+        f"loss scale from {t.loss_scale:g} (doubled after {t.loss_scale_window} good steps)"
     ]
 
 

@@ -73,6 +73,9 @@ def test_a_planted_overflow_is_skipped_halves_the_scale_and_good_steps_grow_it()
             assert int(st.optimizer.t) == before[2]
         else:
             assert int(st.optimizer.t) == before[2] + 1
+    print("step  scale used  skipped  scale after")  # shown with pytest -s
+    for s, used, skipped, after in trace[:40]:
+        print(f"{s:>4}  {used:>10.4g}  {'yes' if skipped else 'no':>7}  {after:>11.4g}")
     skips = [t for t in trace if t[2]]
     assert skips and trace[0][2], trace[:3]
     for _, used, skipped, after in trace:
