@@ -34,14 +34,11 @@ mean of the parameters of several checkpoints of one model.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import secrets
 from pathlib import Path
 
-from scratchformer import backend
+from scratchformer import backend, writer
 from scratchformer.checkpoint_fields import (
     FORMAT,
     META_KEY,
@@ -77,21 +74,14 @@ def _optimizer_state(optimizer) -> dict | None:
     return optimizer.state_dict() if hasattr(optimizer, "state_dict") else dict(optimizer)
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename durable (POSIX); a no-op where directories cannot be opened."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def _create_temporary(path: Path):
+    """Step 1 of a save: ``(fd, name)`` of an empty temporary file beside ``path``."""
+    return writer.create_temporary(path)
 
 
-def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_state=None) -> Path:
+def save_checkpoint(
+    path, model, *, step=0, optimizer=None, meta=None, train_state=None, role=None
+) -> Path:
     """Write ``model`` (and optionally an optimizer's state) to ``path`` atomically.
 
     ``optimizer``: an ``Adam`` (or its ``state_dict()``); ``meta`` and ``train_state``:
@@ -144,25 +134,22 @@ def save_checkpoint(path, model, *, step=0, optimizer=None, meta=None, train_sta
         _write_arrays(fd, arrays)
         _install(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        writer.discard(tmp)
         raise
+    if role is not None:  # an output of a command's (average -o): it may replace it later
+        writer.remember(path, role)
     return path
 
 
 def _write_arrays(fd: int, arrays: dict) -> None:
-    """Write ``arrays`` as an ``.npz`` to the open file ``fd``, flushed and fsync'ed;
+    """Step 2: ``arrays`` as an ``.npz`` into the open file ``fd``, flushed and fsync'ed;
     closes ``fd``."""
-    with os.fdopen(fd, "wb") as f:
-        backend.np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
+    writer.fill(fd, lambda f: writer.savez(f, arrays, backend.np))
 
 
-def _install(tmp: str, path: Path) -> None:
-    """Rename the written temporary file onto ``path`` and make the rename durable."""
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+def _install(tmp, path: Path) -> None:
+    """Step 3: rename the written temporary file onto ``path``, durably."""
+    writer.install(tmp, path)
 
 
 def _model_spec(model) -> dict:
@@ -171,20 +158,6 @@ def _model_spec(model) -> dict:
         return model_spec(model)
     except ConfigError as e:
         raise CheckpointError(f"cannot save it: {e}") from None
-
-
-def _create_temporary(path: Path) -> tuple[int, str]:
-    """A new file beside ``path`` for the atomic write: ``(fd, name)``. Created with mode
-    0666 so the kernel applies the umask, as for any file the user writes (mkstemp would
-    give 0600); O_EXCL with a random name makes it ours alone."""
-    for _ in range(100):
-        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
-        try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-            return os.open(tmp, flags, 0o666), tmp
-        except FileExistsError:
-            continue
-    raise CheckpointError(f"cannot create a temporary file beside {path}")
 
 
 # -- finding and averaging -----------------------------------------------------------------

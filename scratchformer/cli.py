@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from scratchformer import __version__, backend, distributed, progress
+from scratchformer import __version__, backend, distributed, progress, writer
 from scratchformer.errors import Interrupted, ScratchformerError, signal_name
 
 DEBUG_HELP = "on an error, show Python's traceback instead of the one-line message"
@@ -174,7 +174,7 @@ def _reader_gone() -> bool:
     except (OSError, ValueError, AttributeError):  # no file behind stdout
         return False
     if gone:
-        null = os.open(os.devnull, os.O_WRONLY)
+        null = writer.devnull_descriptor()
         os.dup2(null, fd)
         os.close(null)
     return gone

@@ -9,6 +9,7 @@ subprocesses included (the variable is taken out of their environment).
 """
 
 import os
+import tempfile
 from collections import Counter
 
 import pytest
@@ -17,6 +18,10 @@ from scratchformer import backend as B
 from scratchformer import kernels
 
 pytest_plugins = ["mpi_jobs"]  # the fixtures of the tests that start mpiexec
+
+# The writer's ledger of the files it wrote (scratchformer/writer.py) in a folder of this
+# test run's, never the user's ~/.local/state (subprocesses inherit it)
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="scratchformer-tests-state-")
 
 _BACKENDS = [
     "numpy",

@@ -4,7 +4,7 @@ The package is built in floors, each using only the ones below it (docs/layout.m
 the same order):
 
     0  backend, errors, progress,     arrays, error types, progress display, host memory,
-       memory, compat                 older names and files still read
+       memory, compat, writer         older names and files still read, the one writer
     1  device                         device primitives: scatter-add, row dot, generator
     2  ops                            the readable reference: pure forward/backward pairs
     3  kernels                        the kernel seam: one table per op, implementations
@@ -35,7 +35,7 @@ import scratchformer
 PACKAGE = Path(scratchformer.__file__).resolve().parent
 
 FLOORS = [
-    {"backend", "errors", "progress", "memory", "compat"},
+    {"backend", "errors", "progress", "memory", "compat", "writer"},
     {"device"},
     {"ops"},
     {"kernels"},

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scratchformer import writer
 from scratchformer.checkpoint import (
     CHECKPOINT_RE,
     CheckpointError,
@@ -32,7 +33,7 @@ from scratchformer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from scratchformer.commands.outputs import check_not_an_input, check_output
+from scratchformer.train.rundir import run_file_of
 
 
 def add_parser(sub) -> None:
@@ -78,31 +79,31 @@ def resolve_inputs(inputs: list, last: int | None) -> list:
     return list(inputs)
 
 
-def check_average_output(out: Path, paths: list, overwrite: bool) -> None:
+def check_average_output(out: Path, paths: list, overwrite: bool) -> writer.Target:
     """Refuse an output that is one of the inputs (the same file, however named), a
-    file a run owns (its config.json, a checkpoint, its averaged.npz: unless
-    ``overwrite``), not an .npz, a directory, or a name the trainer owns
-    (``checkpoint_<step>.npz``: ``--resume`` would take the average for the run's
-    latest checkpoint). Missing parent directories are created by the save (as for every
-    checkpoint), but not through a file."""
-    inputs = [("input checkpoint", p) for p in paths]
-    check_not_an_input(out, inputs, "-o")
+    file a run owns (its config.json, a checkpoint, its averaged.npz) or any other file
+    but an earlier average (unless ``overwrite``), not an .npz, a directory, or a name
+    the trainer owns (``checkpoint_<step>.npz``: ``--resume`` would take the average for
+    the run's latest checkpoint). Missing parent directories are created by the save
+    (as for every checkpoint), but not through a file."""
+    plan = writer.Plan("average", [("input checkpoint", p) for p in paths], overwrite)
     if CHECKPOINT_RE.match(out.name):
+        plan._not_an_input(out, f"-o {out}")
         raise CheckpointError(
             f"-o {out}: names checkpoint_<step>.npz belong to the trainer (--resume would "
             "take an average for the run's latest checkpoint): name it e.g. averaged.npz"
         )
-    check_output(out, inputs, flag="-o", kind="checkpoint", overwrite=overwrite)
+    return plan.output(out, "average -o", flag="-o", suffix=".npz", protected=run_file_of)
 
 
 def run(args) -> int:
     paths = resolve_inputs(args.inputs, args.last)
     out = Path(args.output or paths[-1].parent / "averaged.npz")
-    check_average_output(out, paths, args.overwrite)
+    target = check_average_output(out, paths, args.overwrite)
     averaged = average_checkpoints(paths)
     newest = load_checkpoint(paths[-1])
     newest.model.load_state_dict(averaged)
     meta = {**newest.meta, "averaged_from": [str(p) for p in paths]}
-    save_checkpoint(out, newest.model, step=newest.step, meta=meta)
+    save_checkpoint(out, newest.model, step=newest.step, meta=meta, role=target.role)
     print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {out}")
     return 0

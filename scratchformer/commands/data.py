@@ -88,6 +88,11 @@ def add_parser(sub) -> None:
         help="SWORD directory holding mods.d/ (default: $SWORD_PATH or /usr/share/sword)",
     )
     p.add_argument("--module", default="engWEB2015eb", help="SWORD module (default: the WEB)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace files of the data set's folder that hold other content (your edits)",
+    )
     p.add_argument("--dev", type=PROBABILITY, default=0.05, help="share of chapters for dev (0.05)")
     p.add_argument(
         "--test", type=PROBABILITY, default=0.05, help="share of chapters for test (0.05)"
@@ -116,7 +121,7 @@ def run(args) -> int:
     verses = iter_verses(bible)
     out = Path(args.out or Path(args.data_dir) / args.dataset)
     if args.dataset == "genre":
-        counts = prepare_genre(out, verses, args.dev, args.test)
+        counts = prepare_genre(out, verses, args.dev, args.test, args.overwrite)
         width = max(len(g) for g in GENRES)
         print(f"{'genre':<{width}}  {'train':>6} {'dev':>6} {'test':>6}")
         for g in GENRES:
@@ -125,20 +130,33 @@ def run(args) -> int:
         print(f"{'total':<{width}}  " + " ".join(f"{totals[s]:>6}" for s in totals))
         files = "{train,dev,test}.tsv"
     else:
-        counts = prepare_text(out, verses, args.dev, args.test)
+        counts = prepare_text(out, verses, args.dev, args.test, args.overwrite)
         for s, (lines, chars) in counts.items():
             print(f"{s:<5}  {lines:>6} verses  {chars:>9} characters")
         files = "{train,dev,test}.txt"
-    print(f"wrote {out}/{files} in {time.perf_counter() - t0:.1f} s")
+    print(_wrote(out, files, counts, t0))
     return 0
+
+
+def _wrote(out: Path, files: str, counts, t0: float) -> str:
+    """The closing line: written, or already there with this very content."""
+    took = f"{time.perf_counter() - t0:.1f} s"
+    if counts.unchanged:
+        return f"{out}/{files} were already there with this very content: nothing replaced ({took})"
+    return f"wrote {out}/{files} in {took}"
 
 
 def run_pairs(args, t0: float) -> int:
     out = Path(args.out or Path(args.data_dir) / Path(args.file).stem)
-    counts = split_pairs(args.file, out, args.dev, args.test)
+    counts = split_pairs(args.file, out, args.dev, args.test, args.overwrite)
     for split, n in counts.items():
         print(f"{split:<5}  {n:>6} pairs")
-    print(f"wrote {out}/{{train,dev,test}}.tsv in {time.perf_counter() - t0:.1f} s")
+    if counts.repeats:
+        print(
+            f"{plural(counts.repeats, 'pair')} repeat the source of another pair: each "
+            "source's pairs stay in one split"
+        )
+    print(_wrote(out, "{train,dev,test}.tsv", counts, t0))
     return 0
 
 
@@ -152,9 +170,9 @@ def run_bible(args, t0: float) -> int:
     src = iter_verses(open_bible(src_mod, where))
     tgt = iter_verses(open_bible(tgt_mod, where))
     s, t, rep = align_texts(src, tgt)
-    counts = write_pairs(out, s, t, args.dev, args.test)
-    for stale in out.glob("spm-bpe-*.json"):  # a BPE learnt from the previous files
-        stale.unlink()
+    counts = write_pairs(out, s, t, args.dev, args.test, args.overwrite)
+    for stale in [] if counts.unchanged else out.glob("spm-bpe-*.json"):
+        stale.unlink()  # a BPE learnt from the previous files
     dropped = len(rep.dropped_numbering) + len(rep.dropped_shift)
     print(
         f"{src_mod} -> {tgt_mod}: {rep.chapters} chapters in both, {rep.kept} kept, "
@@ -172,5 +190,5 @@ def run_bible(args, t0: float) -> int:
     for split, n in counts.items():
         print(f"{split:<5}  {n:>6} pairs")
     print(f"total  {sum(counts.values()):>6} pairs")
-    print(f"wrote {out}/{{train,dev,test}}.tsv in {time.perf_counter() - t0:.1f} s")
+    print(_wrote(out, "{train,dev,test}.tsv", counts, t0))
     return 0

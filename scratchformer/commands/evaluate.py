@@ -22,10 +22,10 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from scratchformer import writer
 from scratchformer.bleu import corpus_scores
 from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.commands import NONNEGATIVE, add_decoding_flags, check_lengths, plural
-from scratchformer.commands.outputs import check_output
 from scratchformer.compat import task_of
 from scratchformer.data.bible_pairs import read_pairs
 from scratchformer.decode import translate
@@ -35,6 +35,7 @@ from scratchformer.models import Transformer
 from scratchformer.progress import stage
 from scratchformer.train import evaluation
 from scratchformer.train.report import FORMATS
+from scratchformer.train.rundir import run_file_of
 from scratchformer.train.tasks.seq2seq import pair_batches
 
 
@@ -88,16 +89,20 @@ def run(args) -> int:
                 f"{args.checkpoint} does not say which data it was trained on: pass --data-dir"
             )
     path = Path(data_dir) / f"{args.split}.tsv"
+    target = None
     if args.output is not None:
         inputs = [("--checkpoint", args.checkpoint), (f"--split {args.split}", path)]
-        check_output(args.output, inputs, flag="--output", kind="text", overwrite=args.overwrite)
+        plan = writer.Plan("evaluate", inputs, overwrite=args.overwrite)
+        target = plan.output(
+            args.output, "evaluate --output", flag="--output", suffix="text", protected=run_file_of
+        )
     pairs = read_pairs(path)
     _check_the_data_fits(ckpt, tok, pairs, path, args.checkpoint)
     if args.limit:
         pairs = pairs[: args.limit]
     refs = [t for _, t in pairs]
     t0 = time.perf_counter()
-    hyps, warning = _decode_split(args, ckpt.model, tok, pairs, str(path))
+    hyps, warning = _decode_split(args, ckpt.model, tok, pairs, str(path), target)
     dt = time.perf_counter() - t0
     out_tokens = sum(len(tok.encode(h)) + 1 for h in hyps)  # re-encoded, + <eos>: ~ generated
     scores_tf = teacher_forced(ckpt.model, tok, pairs, bar=not args.no_progress)
@@ -158,7 +163,7 @@ def _check_the_data_fits(ckpt, tok, pairs, path, name) -> None:
         )
 
 
-def _decode_split(args, model, tok, pairs, name: str) -> tuple[list[str], str | None]:
+def _decode_split(args, model, tok, pairs, name: str, target=None) -> tuple[list[str], str | None]:
     """The hypotheses of the sources of ``pairs`` (line ``i`` of the file is pair ``i``:
     ``read_pairs`` allows no blank line), decoded a chunk at a time and written to
     ``--output`` as each chunk is done; and the warning about <unk> tokens, if any.
@@ -171,9 +176,7 @@ def _decode_split(args, model, tok, pairs, name: str) -> tuple[list[str], str | 
     with ExitStack() as stack:
         show = stage(len(pairs), f"decoding {args.split}", "sentence", bar=not args.no_progress)
         stack.callback(show.close)
-        out = None
-        if args.output:
-            out = stack.enter_context(open(args.output, "w", encoding="utf-8"))
+        out = None if target is None else stack.enter_context(writer.replacing(target))
         numbered = enumerate((s for s, _ in pairs), start=1)
         for chunk in chunked(check(numbered), chunk_size):
             got = translate(

@@ -13,12 +13,13 @@ import itertools
 import sys
 from pathlib import Path
 
-from scratchformer import backend, memory, viz
+from scratchformer import backend, memory, viz, writer
 from scratchformer.checkpoint import latest_checkpoint, load_checkpoint, load_with_tokenizer
 from scratchformer.commands import COUNT, NONNEGATIVE, integer, number
 from scratchformer.decode import greedy_decode
 from scratchformer.models import Transformer
 from scratchformer.ops import sinusoidal_table
+from scratchformer.train.rundir import run_file_of
 from scratchformer.viz import ATTENTION_MAPS, PlotError
 
 #: where the plots of no run go (a run's plots go into its directory): beside the runs,
@@ -35,9 +36,16 @@ def add_parser(sub) -> None:
     )
     plots = p.add_subparsers(dest="plot", metavar="PLOT")
     plots.required = True
+    overwrite = argparse.ArgumentParser(add_help=False)
+    overwrite.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing file that is not an earlier plot of the same kind",
+    )
 
     a = plots.add_parser(
         "attention",
+        parents=[overwrite],
         help="heat maps of encoder, decoder and cross-attention for one sentence",
         description="Heat maps of the attention weights of a trained model on one sentence: "
         "one PNG per kind (encoder self-attention, decoder masked self-attention, "
@@ -59,6 +67,7 @@ def add_parser(sub) -> None:
 
     q = plots.add_parser(
         "positional",
+        parents=[overwrite],
         help="the positional encoding table as a heat map",
         description="The sinusoidal encoding (positions x dimensions), or with --checkpoint "
         "the position table of a trained model (its learned table for positions='learned').",
@@ -77,6 +86,7 @@ def add_parser(sub) -> None:
 
     s = plots.add_parser(
         "schedule",
+        parents=[overwrite],
         help="learning rate against the step, for several d_model/warmup/lr_factor",
         description="lr = lr_factor * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5), one curve "
         "per combination of the values given (the paper: d_model 512, warmup 4000, "
@@ -94,6 +104,7 @@ def add_parser(sub) -> None:
 
     c = plots.add_parser(
         "curves",
+        parents=[overwrite],
         help="loss, perplexity, learning rate and BLEU from a training metrics log",
         description="Training curves from metrics.jsonl (JSON lines written by "
         "'scratchformer train'): loss, perplexity, learning rate, BLEU and accuracy.",
@@ -104,6 +115,14 @@ def add_parser(sub) -> None:
 
 
 # -- attention ------------------------------------------------------------------------------
+def _target(args, out, kind: str, inputs=()) -> writer.Target:
+    """The plot's file, checked before anything is drawn (``writer.Plan``): never one of
+    ``inputs``, a run's file or another file than an earlier plot of this ``kind``
+    (unless --overwrite)."""
+    plan = writer.Plan(f"plot {kind}", inputs, overwrite=args.overwrite)
+    return plan.output(out, f"plot {kind}", flag="-o", suffix=".png", protected=run_file_of)
+
+
 def run_dir_of(path: Path) -> Path:
     """The run directory a checkpoint or metrics file belongs to (runs/<name>/checkpoints/
     x.npz -> runs/<name>), or the directory itself."""
@@ -157,8 +176,15 @@ def run_attention(args) -> int:
     step = f"step {ck.step}"
     print(f"checkpoint {ck.path} ({step}, N={cfg.N}, h={cfg.h}, d_model={cfg.d_model})")
     print(f"source: {args.source!r}  ->  target ({how}): {tok.decode(tgt_ids)!r}")
+    targets = {
+        kind: _target(
+            args, Path(args.out_dir or run_dir_of(ck.path)) / f"attention_{kind}.png",
+            "attention", [("checkpoint", ck.path)],
+        )
+        for kind in kinds
+    }  # fmt: skip
     for kind in kinds:
-        out = Path(args.out_dir or run_dir_of(ck.path)) / f"attention_{kind}.png"
+        out = targets[kind]
         title = f"{ATTENTION_MAPS[kind][0]}  ({step}"
         title += ")" if kind == "encoder" else f"; target: {how})"
         viz.plot_attention(
@@ -172,8 +198,8 @@ def run_attention(args) -> int:
             heads=args.head,
             title=title,
         )
-        w, h = viz.png_size(out)
-        print(f"wrote {out} ({w} x {h})")
+        w, h = viz.png_size(out.path)
+        print(f"wrote {out.path} ({w} x {h})")
     return 0
 
 
@@ -209,9 +235,9 @@ def run_positional(args) -> int:
             )
             sinusoidal = True
     where = run_dir_of(ck.path) if args.checkpoint is not None else Path(PLOTS)
-    out = viz.plot_positional(
-        table, args.out or where / "positional.png", title=title, sinusoidal=sinusoidal
-    )
+    inputs = [("checkpoint", ck.path)] if args.checkpoint is not None else []
+    target = _target(args, args.out or where / "positional.png", "positional", inputs)
+    out = viz.plot_positional(table, target, title=title, sinusoidal=sinusoidal)
     print(f"wrote {out} ({' x '.join(map(str, viz.png_size(out)))})")
     return 0
 
@@ -221,7 +247,7 @@ def run_schedule(args) -> int:
         print("note: --factor is now called --lr-factor", file=sys.stderr)
         args.lr_factor = args.old_factor
     curves = list(itertools.product(args.d_model, args.warmup, args.lr_factor))
-    out = viz.plot_schedule(curves, args.out, steps=args.steps)
+    out = viz.plot_schedule(curves, _target(args, args.out, "schedule"), steps=args.steps)
     print(f"wrote {out} ({' x '.join(map(str, viz.png_size(out)))}), {len(curves)} curves")
     return 0
 
@@ -230,8 +256,9 @@ def run_curves(args) -> int:
     path = Path(args.metrics)
     if path.is_dir():
         path = path / "metrics.jsonl"
+    target = _target(args, args.out or run_dir_of(path) / "curves.png", "curves",
+                     [("metrics", path)])  # fmt: skip
     records = viz.read_metrics(path)
-    out = args.out or run_dir_of(path) / "curves.png"
-    out = viz.plot_curves(records, out, title=f"training curves: {path}")
+    out = viz.plot_curves(records, target, title=f"training curves: {path}")
     print(f"wrote {out} ({' x '.join(map(str, viz.png_size(out)))}) from {len(records)} records")
     return 0

@@ -34,15 +34,16 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from scratchformer import writer
 from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.commands import COUNT, NONNEGATIVE, add_decoding_flags, check_lengths, plural
-from scratchformer.commands.outputs import STDIN, STDOUT, check_output
 from scratchformer.data.text import iter_text_lines
 from scratchformer.decode import translate, translate_nbest
 from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
 from scratchformer.progress import stage
+from scratchformer.train.rundir import run_file_of
 
 
 def add_parser(sub) -> None:
@@ -78,9 +79,15 @@ def run(args) -> int:
     if chunk_size < 1:
         raise ScratchformerError(f"--chunk-size must be at least 1, got {chunk_size}")
     inputs = [("--checkpoint", args.checkpoint)]
-    inputs.append(("--input", args.input) if args.input != "-" else ("standard input", STDIN))
-    output = STDOUT if args.output == "-" else args.output
-    check_output(output, inputs, flag="--output", kind="text", overwrite=args.overwrite)
+    inputs.append(("--input", args.input) if args.input != "-" else ("standard input", 0))
+    plan = writer.Plan("translate", inputs, overwrite=args.overwrite)
+    if args.output == "-":
+        target = None
+        plan.standard_output()
+    else:
+        target = plan.output(
+            args.output, "translate --output", flag="--output", suffix="text", protected=run_file_of
+        )
     ckpt, tokenizer = load_with_tokenizer(args.checkpoint, expect=Transformer)
     check_lengths(args, ckpt.config)
     if args.input == "-":
@@ -97,11 +104,7 @@ def run(args) -> int:
     with ExitStack() as stack:
         show = stage(total, "translating", "sentence", bar=not args.no_progress)
         stack.callback(show.close)
-        out = (
-            sys.stdout
-            if args.output == "-"
-            else stack.enter_context(open(args.output, "w", encoding="utf-8"))
-        )
+        out = sys.stdout if target is None else stack.enter_context(writer.replacing(target))
         for chunk in chunked(check(iter_text_lines(source, name)), chunk_size):
             # flushed: a reader at the other end of a pipe gets each chunk at once
             show.emit("".join(line + "\n" for line in decode(chunk, show.update)), out)

@@ -39,10 +39,10 @@ import os
 import re
 import zlib
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from scratchformer import writer
 from scratchformer.data.verse_counts import MIN_SHARE, VERSE_COUNTS
 from scratchformer.errors import ScratchformerError
 
@@ -349,37 +349,31 @@ def _one_line(text: str) -> str:
     return text.replace("\t", " ").replace("\n", " ")
 
 
-@contextmanager
-def split_files(out_dir, names: dict):
-    """Open ``{split: file name}`` under ``out_dir`` for writing, all or nothing: the
-    text goes to ``<name>.tmp`` files that replace the real ones only when the block
-    ends without an error, so an interrupted preparation never leaves a truncated split
-    beside complete ones (the old files, if any, stay as they were)."""
+class Written(dict):
+    """``{split: count}`` of a data set written, and whether its files were there already
+    with this very content (``unchanged``: nothing was replaced)."""
+
+    unchanged: bool = False
+
+
+def split_files(out_dir, names: dict, overwrite: bool = False, inputs=()) -> writer.FileSet:
+    """``{split: file name}`` under ``out_dir``, written all or nothing (``writer.FileSet``):
+    an interrupted preparation never leaves a truncated split beside complete ones; files
+    already there with other content (hand edits) are replaced only with ``overwrite``;
+    identical ones are left alone; an input of the command (``inputs``, ``[(what,
+    path)]``) is never written, nor a link out of ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = {s: out / f"{name}.tmp" for s, name in names.items()}
-    files = {}
-    try:
-        for s, t in tmp.items():
-            files[s] = open(t, "w", encoding="utf-8")
-        yield files
-    except BaseException:
-        for f in files.values():
-            f.close()
-        for t in tmp.values():
-            t.unlink(missing_ok=True)
-        raise
-    for f in files.values():
-        f.close()
-    for s, t in tmp.items():
-        os.replace(t, out / names[s])
+    paths = {s: out / name for s, name in names.items()}
+    return writer.FileSet(paths, owner=out, overwrite=overwrite, inputs=inputs)
 
 
-def prepare_genre(out_dir, verses: Iterable[Verse], dev=0.05, test=0.05) -> dict:
+def prepare_genre(out_dir, verses: Iterable[Verse], dev=0.05, test=0.05, overwrite=False) -> dict:
     """Write ``{train,dev,test}.tsv`` (``label<TAB>text<TAB>ref``) under ``out_dir``;
-    returns ``{split: {genre: count}}``."""
-    counts: dict = {s: {g: 0 for g in GENRES} for s in ("train", "dev", "test")}
-    with split_files(out_dir, {s: f"{s}.tsv" for s in counts}) as files:
+    returns ``{split: {genre: count}}`` (a ``Written``)."""
+    counts = Written({s: {g: 0 for g in GENRES} for s in ("train", "dev", "test")})
+    fs = split_files(out_dir, {s: f"{s}.tsv" for s in counts}, overwrite)
+    with fs as files:
         for v in verses:
             genre = GENRE_OF.get(v.book)
             if genre is None:
@@ -387,21 +381,25 @@ def prepare_genre(out_dir, verses: Iterable[Verse], dev=0.05, test=0.05) -> dict
             s = chapter_split(v.book, v.chapter, dev, test)
             files[s].write(f"{genre}\t{_one_line(v.text)}\t{v.ref}\n")
             counts[s][genre] += 1
+    counts.unchanged = fs.unchanged
     return counts
 
 
-def prepare_text(out_dir, verses: Iterable[Verse], dev=0.05, test=0.05) -> dict:
+def prepare_text(out_dir, verses: Iterable[Verse], dev=0.05, test=0.05, overwrite=False) -> dict:
     """Write ``{train,dev,test}.txt`` under ``out_dir``, one verse per line, split by
-    chapter; returns ``{split: (lines, characters)}``."""
+    chapter; returns ``{split: (lines, characters)}`` (a ``Written``)."""
     counts = {s: [0, 0] for s in ("train", "dev", "test")}
-    with split_files(out_dir, {s: f"{s}.txt" for s in counts}) as files:
+    fs = split_files(out_dir, {s: f"{s}.txt" for s in counts}, overwrite)
+    with fs as files:
         for v in verses:
             s = chapter_split(v.book, v.chapter, dev, test)
             line = _one_line(v.text)
             files[s].write(line + "\n")
             counts[s][0] += 1
             counts[s][1] += len(line)
-    return {s: tuple(c) for s, c in counts.items()}
+    out = Written({s: tuple(c) for s, c in counts.items()})
+    out.unchanged = fs.unchanged
+    return out
 
 
 __all__ = [

@@ -43,6 +43,7 @@ from scratchformer.data.bible import (
     PACKAGES,
     BibleDataError,
     Verse,
+    Written,
     _import_pysword,
     _one_line,
     chapter_split,
@@ -204,43 +205,66 @@ def align_texts(
     return out_s, out_t, rep
 
 
-def write_pairs(out_dir, src: list[Verse], tgt: list[Verse], dev=0.05, test=0.05) -> dict:
+def write_pairs(
+    out_dir, src: list[Verse], tgt: list[Verse], dev=0.05, test=0.05, overwrite=False
+) -> dict:
     """Write ``{train,dev,test}.tsv`` (``source<TAB>target<TAB>ref``) under ``out_dir``,
-    split by chapter; returns ``{split: pairs}``."""
-    counts = {s: 0 for s in SPLITS}
-    with split_files(out_dir, {s: f"{s}.tsv" for s in SPLITS}) as files:
+    split by chapter; returns ``{split: pairs}`` (a ``Written``)."""
+    counts = Written({s: 0 for s in SPLITS})
+    fs = split_files(out_dir, {s: f"{s}.tsv" for s in SPLITS}, overwrite)
+    with fs as files:
         for vs, vt in zip(src, tgt):
             s = chapter_split(vs.book, vs.chapter, dev, test)
             files[s].write(f"{_one_line(vs.text)}\t{_one_line(vt.text)}\t{vs.ref}\n")
             counts[s] += 1
+    counts.unchanged = fs.unchanged
     return counts
 
 
-def split_pairs(path, out_dir, dev=0.05, test=0.05) -> dict:
+def split_pairs(path, out_dir, dev=0.05, test=0.05, overwrite=False) -> dict:
     """Split the sentence pairs of one TSV file (``source<TAB>target``, read by
     ``read_pairs``) into ``{train,dev,test}.tsv`` under ``out_dir``; returns ``{split:
-    pairs}``. The pairs go in the order of a CRC-32 hash of their source: the first
-    ``round(test * n)`` (at least 1) to test, the next ``round(dev * n)`` (at least 1) to
-    dev, the rest to train, each split keeping the file's order. The same file always
-    splits the same way, and a source that occurs twice has its copies side by side in
-    that order: at most one straddles two splits."""
+    pairs}`` (a ``Written``; ``repeats``: the pairs whose source another pair has too).
+
+    A split is a function of the source: the distinct sources go in the order of a CRC-32
+    hash of their text, the first ones to test until it holds ``round(test * n)`` pairs
+    (at least 1), the next to dev likewise, the rest to train; every pair follows its
+    source, so identical sources always share a split (a copy of a training pair is never
+    a test pair), and each split keeps the file's order. The same file always splits the
+    same way. Refused in one line where the distinct sources are too few to leave pairs
+    in all three splits."""
     rows = read_pairs(path)
     n = len(rows)
     n_test, n_dev = max(1, round(test * n)), max(1, round(dev * n))
-    if n - n_test - n_dev < 1:
-        raise ParallelDataError(
-            f"{path} holds {n} pairs: too few to keep {n_test} for test, {n_dev} for dev "
-            "and still train on some"
+    groups: dict = {}
+    for i, (s, _) in enumerate(rows):
+        groups.setdefault(s, []).append(i)
+    order = sorted(groups, key=lambda s: (zlib.crc32(s.encode("utf-8")), groups[s][0]))
+    split_of, taken = {}, {"test": 0, "dev": 0}
+    for source in order:
+        where = next((w for w in ("test", "dev") if taken[w] < (n_test, n_dev)[w == "dev"]),
+                     "train")  # fmt: skip
+        if where != "train":
+            taken[where] += len(groups[source])
+        for i in groups[source]:
+            split_of[i] = where
+    counts = Written({s: 0 for s in SPLITS})
+    for where in split_of.values():
+        counts[where] += 1
+    if min(counts.values()) < 1:
+        repeats = (
+            f" ({n - len(groups)} of them repeat another pair's source)" if n > len(groups) else ""
         )
-    order = sorted(range(n), key=lambda i: (zlib.crc32(rows[i][0].encode("utf-8")), i))
-    split_of = {i: "test" for i in order[:n_test]}
-    split_of.update({i: "dev" for i in order[n_test : n_test + n_dev]})
-    counts = {s: 0 for s in SPLITS}
-    with split_files(out_dir, {s: f"{s}.tsv" for s in SPLITS}) as files:
+        raise ParallelDataError(
+            f"{path} holds {n} pairs with {len(groups)} distinct sources{repeats}: too few to "
+            f"keep pairs for test, dev and training (pairs with one source share a split)"
+        )
+    fs = split_files(out_dir, {s: f"{s}.tsv" for s in SPLITS}, overwrite, [("pairs", path)])
+    with fs as files:
         for i, (s, t) in enumerate(rows):
-            where = split_of.get(i, "train")
-            files[where].write(f"{s}\t{t}\n")
-            counts[where] += 1
+            files[split_of[i]].write(f"{s}\t{t}\n")
+    counts.unchanged = fs.unchanged
+    counts.repeats = n - len(groups)
     return counts
 
 

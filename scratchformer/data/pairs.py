@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import string
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scratchformer import backend, memory
+from scratchformer import backend, memory, writer
 from scratchformer.data.bible_pairs import read_pairs
 from scratchformer.data.bpe import BPEError, BPETokenizer
 from scratchformer.data.tokenizers import CharTokenizer, Tokenizer, tokenizer_from_dict
@@ -169,10 +168,8 @@ def translation_tokenizer(data_dir, vocab_size: int, train_pairs) -> Tokenizer:
                 f"cannot read the cached BPE vocabulary {path} ({e}): delete it"
             ) from None
     tok = BPETokenizer.train([s for s, _ in train_pairs] + [t for _, t in train_pairs], vocab_size)
-    # a name of this process's own, so that two runs learning at once never share one
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"key": key, "tokenizer": tok.to_dict()}), encoding="utf-8")
-    tmp.replace(path)
+    # through a temporary file of this write's own: two runs learning at once never share one
+    writer.write_json(path, {"key": key, "tokenizer": tok.to_dict()}, indent=None, owner=data_dir)
     return tok
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scratchformer import writer
 from scratchformer.errors import ScratchformerError
 from scratchformer.exercises import EXERCISES, Exercise, exercise
 from scratchformer.exercises.spec import LearnerError, learner_code
@@ -44,10 +45,10 @@ def start(where: Path, ex: Exercise) -> Path:
             f"{path} exists: it is not overwritten (check it with 'scratchformer exercise "
             f"check {ex.name}'; to start again, move it away first)"
         )
-    where.mkdir(parents=True, exist_ok=True)
-    with open(path, "x", encoding="utf-8") as f:  # "x": never over a file made meanwhile
-        f.write(ex.file_text())
-    return path
+    try:
+        return writer.create_text(path, ex.file_text(), owner=where)
+    except FileExistsError:  # made meanwhile
+        raise ExerciseFileError(f"{path} exists: it is not overwritten") from None
 
 
 def started(where: Path) -> list[tuple[Exercise, Path]]:
@@ -130,8 +131,8 @@ def next_hint(where: Path, ex: Exercise) -> tuple[int, str, Path] | None:
         else f"# Hints for the exercise {ex.name}\n\n'scratchformer exercise hint {ex.name}' "
         "adds the next one here.\n"
     )
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(f"{head}\n## Hint {n + 1} of {len(ex.hints)}\n\n{ex.hints[n]}\n")
+    text = f"{head}\n## Hint {n + 1} of {len(ex.hints)}\n\n{ex.hints[n]}\n"
+    writer.append_text(path, text, owner=where)  # never through a link out of the folder
     return n + 1, ex.hints[n], path
 
 

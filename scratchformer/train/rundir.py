@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import socket
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: the directory is not locked
     fcntl = None
 
+from scratchformer import writer
 from scratchformer.checkpoint import CHECKPOINT_RE, list_checkpoints
 from scratchformer.errors import ConfigError
 
@@ -66,7 +66,7 @@ class RunLock:
         run_dir = self.path.parent
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = writer.open_lock(self.path)
         except OSError as e:
             raise ConfigError(_unusable(run_dir, e)) from None
         if not os.access(run_dir, os.W_OK | os.X_OK):
@@ -115,12 +115,7 @@ class RunLock:
         by another process of the same run (a rank other than 0) that ends the job, whose
         holder is killed before it can release the lock itself. The operating system
         drops the holder's ``flock`` when it dies; the name goes here."""
-        try:
-            with open(path, "r+b") as f:
-                if f.read(200).decode("utf-8", errors="replace").strip() == holder:
-                    f.truncate(0)
-        except OSError:  # not there (another machine's disk), or not ours to change
-            pass
+        writer.clear_if(path, holder)
 
     def __del__(self):
         try:
@@ -242,6 +237,15 @@ def run_file(path: Path) -> str:
     return ""
 
 
+def run_file_of(path: Path) -> str:
+    """``run_file`` with the run named: "the metrics log of the run in runs/x"; ''."""
+    what = run_file(path)
+    if not what:
+        return ""
+    d = Path(path).parent
+    return f"{what} of the run in {d.parent if d.name == 'checkpoints' else d}"
+
+
 def clear_for_fresh_run(run_dir: Path, overwrite: bool) -> None:
     """Refuse a directory holding an earlier run's files (``earlier_run``; its
     config.json alone too: a run that stopped before its first checkpoint), unless
@@ -313,10 +317,8 @@ def drop_later_checkpoints(ckpt_dir: Path, step: int, overwrite: bool) -> None:
 
 
 def append_record(path: Path, record: dict) -> None:
-    """One JSON line at the end of the metrics log."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+    """One JSON line at the end of the metrics log (never through a link out of the run)."""
+    writer.append_text(path, json.dumps(record) + "\n", owner=path.parent)
 
 
 def truncate_metrics(path: Path, step: int) -> None:
@@ -349,17 +351,8 @@ def write_config(run_dir: Path, config: dict) -> Path:
 
 def write_atomically(path: Path, text: str) -> None:
     """Replace ``path`` by ``text`` through a temporary file beside it: a kill leaves
-    the old content or the new, never a part."""
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
-    try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    the old content or the new, never a part (never through a link out of the run)."""
+    writer.write_text(path, text, owner=path.parent)
 
 
 __all__ = [

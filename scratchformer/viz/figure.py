@@ -9,6 +9,7 @@ import os
 import struct
 from pathlib import Path
 
+from scratchformer import writer
 from scratchformer.errors import ScratchformerError
 
 DPI = 100
@@ -41,18 +42,19 @@ def new_figure(width: float, height: float):
     return fig
 
 
-def png_path(path) -> Path:
-    path = Path(path)
+def png_path(where) -> Path:
+    """The path of ``where`` (a path, or a ``writer.Plan``'s Target), which must name a PNG."""
+    path = where.path if isinstance(where, writer.Target) else Path(where)
     if path.suffix.lower() != ".png":
         raise PlotError(f"plots are written as PNG: {path} should end in .png")
     return path
 
 
-def save_png(fig, path) -> Path:
-    path = png_path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, format="png")
-    return path
+def save_png(fig, where) -> Path:
+    """``fig`` as a PNG at ``where`` (a path, or a ``writer.Plan``'s checked Target)."""
+    target = where if isinstance(where, writer.Target) else writer.Target(Path(where))
+    png_path(target.path)
+    return writer.write_figure(target, fig, dpi=DPI)
 
 
 def png_size(path) -> tuple[int, int]:

@@ -503,7 +503,8 @@ def test_crash_between_temp_write_and_rename_keeps_the_old_checkpoint(tmp_path):
         def crash(src, dst):
             assert os.path.getsize(src) > 0   # the new checkpoint is fully written ...
             os._exit(17)                      # ... and the process dies before the rename
-        checkpoint.os.replace = crash
+        from scratchformer import writer
+        writer.os.replace = crash
         new = Transformer(TransformerConfig.preset("tiny", vocab_size=13, seed=1))
         checkpoint.save_checkpoint({str(path)!r}, new, step=2)
         """
@@ -525,7 +526,7 @@ def test_failed_write_cleans_up_and_keeps_the_old_checkpoint(tmp_path, monkeypat
     def fail(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr("scratchformer.checkpoint.os.replace", fail)
+    monkeypatch.setattr("scratchformer.writer.os.replace", fail)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(path, tiny_model(seed=1), step=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_1.npz"]

@@ -145,7 +145,7 @@ def test_a_text_output_never_replaces_a_binary_file_unasked(run, refused):
     kept = run.parent / "weights.bin"
     shutil.copy(run / "checkpoints" / "averaged.npz", kept)
     before = checksums(run.parent)
-    refused(translate(run, "--output", str(kept)), "is not a text file (a checkpoint?)")
+    refused(translate(run, "--output", str(kept)), "exists (not written by this output)")
     assert checksums(run.parent) == before
 
 
@@ -166,7 +166,7 @@ def test_average_never_writes_over_a_file_of_a_run(run, refused):
     before = checksums(run.parent)
     for name in ("config.json", "metrics.jsonl"):
         out = run / name
-        refused(["average", *map(str, ckpts), "-o", str(out)], "a checkpoint is an .npz file")
+        refused(["average", *map(str, ckpts), "-o", str(out)], "should end in .npz")
     refused(
         ["average", str(run / "checkpoints"), "--last", "1"], "is the averaged model of the run in"
     )
@@ -197,8 +197,8 @@ def test_average_refuses_an_output_of_another_kind(run, refused):
     notes = run.parent / "notes.npz"
     notes.write_text("my notes, named oddly\n")
     before = checksums(run.parent)
-    refused(["average", *map(str, ckpts), "-o", str(notes)], "exists and is not a checkpoint")
-    refused(["average", *map(str, ckpts), "-o", str(run.parent / "avg.txt")], "an .npz file")
+    refused(["average", *map(str, ckpts), "-o", str(notes)], "exists (not written by this output)")
+    refused(["average", *map(str, ckpts), "-o", str(run.parent / "avg.txt")], "should end in .npz")
     assert checksums(run.parent) == before
 
 

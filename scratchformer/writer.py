@@ -1,0 +1,598 @@
+"""Every file the program writes goes through here, so that no input can destroy another.
+
+A command declares what it reads and what it writes (``Plan``); each output is checked
+before any work is done, and written atomically:
+
+- **never an input.** An output that is the same file as one of the command's inputs
+  (device and inode, after resolving links: a symlink or a hard link to an input is the
+  input) is refused, ``--overwrite`` or not;
+- **never a foreign file.** An existing file may be replaced only when the program wrote
+  it earlier for the same output (a re-run of ``plot``, ``average -o``, ``translate
+  --output``): the ledger remembers, by identity, size and modification time, the files
+  written for each output role; any other existing file needs ``--overwrite``, and the
+  refusal names both paths;
+- **never out of the folder it owns.** A file of a run, data or exercises folder is never
+  written through a symlink that leads out of that folder;
+- **never read from a stream.** An output that is not a regular file (a pipe, a terminal,
+  ``/dev/null``, ``/dev/stdout``) is written as it is, never opened for reading;
+- **all or nothing.** A regular file is written to a temporary file beside it
+  (``.<name>.<12 hex>.tmp``), flushed and fsync'ed, and renamed into place; on any
+  failure the temporary file is removed and the old file is left as it was.
+
+The ledger is one JSON file in ``$XDG_STATE_HOME/scratchformer`` (``~/.local/state``);
+where it cannot be read or written, no file counts as the program's, and an existing
+output needs ``--overwrite``. Files in a folder the program owns (a run directory, a data
+set's folder, the exercises folder) are judged by that folder's rules instead (a run's
+lock and config, a data command's comparison of content).
+
+tests/test_writer.py keeps it so: no module but this one opens a file for writing, writes
+a path, saves arrays or a figure, copies or renames a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import stat
+from pathlib import Path
+from typing import NamedTuple
+
+from scratchformer.errors import ScratchformerError
+
+try:
+    import fcntl  # POSIX advisory locks (the ledger's)
+except ImportError:  # pragma: no cover - not POSIX: the ledger is used unlocked
+    fcntl = None
+
+#: the name of an unfinished write's temporary file (the target's name inside)
+TEMPORARY_RE = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{12}\.tmp$")
+
+
+class WriteError(ScratchformerError):
+    """A command was asked to write where it would destroy something."""
+
+
+# -- what a path is ------------------------------------------------------------------------
+def identity(path) -> tuple[int, int] | None:
+    """``(device, inode)`` of the file ``path`` names, links resolved (or of the open file
+    descriptor ``path``, an int); None when there is none."""
+    try:
+        st = os.fstat(path) if isinstance(path, int) else os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def regular(path) -> bool:
+    """Whether ``path`` (or the open file descriptor ``path``) is a regular file."""
+    try:
+        st = os.fstat(path) if isinstance(path, int) else os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(st.st_mode)
+
+
+def _stamp(path) -> tuple[int, int, int, int] | None:
+    """``(device, inode, size, mtime_ns)`` of a regular file, links resolved."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+def inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` (its links resolved) lies in ``folder`` (its links resolved)."""
+    try:
+        Path(os.path.realpath(path)).relative_to(os.path.realpath(folder))
+    except ValueError:
+        return False
+    return True
+
+
+# -- the ledger of what was written, by role -------------------------------------------------
+def ledger_path() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(state) / "scratchformer" / "written.json"
+
+
+@contextlib.contextmanager
+def _ledger(update: bool):
+    """The ledger as a dict (``"dev:ino" -> [role, path, size, mtime_ns]``), locked while
+    open; written back when ``update``. An unreadable or unwritable ledger is empty."""
+    path = ledger_path()
+    entries: dict = {}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        yield entries
+        return
+    with os.fdopen(fd, "r+", encoding="utf-8") as f:
+        try:
+            if fcntl is not None:
+                fcntl.flock(f, fcntl.LOCK_EX)
+            text = f.read()
+            loaded = json.loads(text) if text.strip() else {}
+            entries.update(loaded if isinstance(loaded, dict) else {})
+        except (OSError, ValueError):
+            entries.clear()
+        yield entries
+        if update:
+            with contextlib.suppress(OSError):
+                f.seek(0)
+                f.truncate()
+                f.write(json.dumps(entries))
+                f.flush()
+
+
+def _key(stamp) -> str:
+    return f"{stamp[0]}:{stamp[1]}"
+
+
+def written_as(path) -> str | None:
+    """The role the program wrote the regular file ``path`` for, if it did and the file
+    has not changed since; else None."""
+    stamp = _stamp(path)
+    if stamp is None:
+        return None
+    with _ledger(False) as entries:
+        entry = entries.get(_key(stamp))
+    if not isinstance(entry, list) or len(entry) != 4 or entry[2:] != list(stamp[2:]):
+        return None
+    return entry[0]
+
+
+def remember(path, role: str) -> None:
+    """Note in the ledger that the program wrote ``path`` for ``role`` (it may replace it
+    for the same role later)."""
+    _remember(Path(path), role)
+
+
+def _remember(path: Path, role: str) -> None:
+    stamp = _stamp(path)
+    if stamp is None:
+        return
+    with _ledger(True) as entries:
+        for key in [k for k, e in entries.items() if not _current(k, e)]:
+            del entries[key]  # files gone or changed since
+        entries[_key(stamp)] = [role, str(Path(path).resolve()), stamp[2], stamp[3]]
+
+
+def _current(key: str, entry) -> bool:
+    if not isinstance(entry, list) or len(entry) != 4:
+        return False
+    stamp = _stamp(entry[1])
+    return stamp is not None and _key(stamp) == key and list(stamp[2:]) == entry[2:]
+
+
+# -- a command's plan ----------------------------------------------------------------------
+class Target(NamedTuple):
+    """An output a ``Plan`` accepted: where, as what, in which folder."""
+
+    path: Path
+    role: str | None = None
+    owner: Path | None = None
+
+
+def _target(where, role=None, owner=None) -> Target:
+    if isinstance(where, Target):
+        return where
+    return Target(Path(where), role, owner)
+
+
+class Plan:
+    """What one command reads (``inputs``: ``[(what, path)]``, or a path or open file
+    descriptor; 0 for standard input) and writes (``output``, one call per output, before
+    any work is done). ``overwrite``: the user's ``--overwrite``, which lets an existing
+    foreign file be replaced, never an input."""
+
+    def __init__(self, command: str, inputs=(), overwrite: bool = False):
+        self.command = command
+        self.inputs = [(what, p) for what, p in inputs if p is not None]
+        self.overwrite = overwrite
+
+    def output(
+        self,
+        path,
+        role: str,
+        *,
+        flag: str | None = None,
+        owner: Path | None = None,
+        suffix: str | None = None,
+        protected=None,
+    ) -> Target:
+        """Check that the command may write ``path`` (its ``role``: "plot schedule",
+        "translate --output"; ``flag`` the option that named it; ``owner`` the folder it
+        belongs to; ``suffix`` the name's ending it must have, ".npz" or ".png", or "text":
+        not ".npz"; ``protected(path)``: what the file is when it belongs to something,
+        a run's checkpoint say, "" otherwise) and return it as a Target for the writers.
+        Raises WriteError in one line."""
+        path = Path(path)
+        name = f"{flag} {path}" if flag else str(path)
+        self._not_an_input(path, name)
+        if path.is_dir():
+            raise WriteError(f"{name} is a directory: name the file to write")
+        if suffix == "text" and path.suffix.lower() == ".npz":
+            raise WriteError(f"{name}: an .npz name is a checkpoint's; this output is text")
+        if suffix not in (None, "text") and path.suffix.lower() != suffix:
+            kind = {".npz": "a checkpoint"}.get(suffix, f"a {suffix[1:].upper()} file")
+            raise WriteError(f"{name} should end in {suffix}: this output is {kind}")
+        parent = path.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise WriteError(f"{name}: {parent} is not a directory")
+        if owner is not None and (path.is_symlink() or path.exists()) and not inside(path, owner):
+            raise WriteError(
+                f"{name} leads out of {owner} (a link to {os.path.realpath(path)}): it would be "
+                "written there; remove the link"
+            )
+        target = Target(path, role, owner)
+        if not path.exists() or not regular(path) or self.overwrite:
+            return target
+        belongs = protected(Path(os.path.realpath(path))) if protected is not None else ""
+        if belongs:
+            raise WriteError(
+                f"{name} is {belongs}: name another file, or pass --overwrite to replace it"
+            )
+        earlier = written_as(path)
+        if earlier == role:
+            return target  # the program's own earlier output of this kind
+        what = f"written by scratchformer as {earlier}" if earlier else "not written by this output"
+        also = f" (a link to {os.path.realpath(path)})" if path.is_symlink() else ""
+        raise WriteError(
+            f"{name} exists ({what}){also}: name another file, or pass --overwrite to replace it"
+        )
+
+    def standard_output(self) -> None:
+        """Refuse a standard output that is one of the inputs (``cmd < f > f``: the shell
+        emptied it before the command started; ``>> f``: the output would grow the file
+        it reads). A terminal or a pipe is never an input."""
+        if not regular(1):
+            return
+        mine = identity(1)
+        for what, p in self.inputs:
+            if identity(p) == mine:
+                why = (
+                    "the shell emptied it before this command started"
+                    if os.fstat(1).st_size == 0
+                    else "the output would be written into the file it reads"
+                )
+                which = "standard input" if p == 0 else f"the {what} file {p}"
+                raise WriteError(
+                    f"standard output is {which}: {why}; write the output to another file"
+                )
+
+    def _not_an_input(self, path: Path, name: str) -> None:
+        mine = identity(path) if regular(path) else None
+        if mine is None:
+            return
+        for what, p in self.inputs:
+            if identity(p) == mine:
+                same = "" if p == 0 or Path(str(p)) == path else f" ({p})"
+                which = "standard input" if p == 0 else f"the {what} file{same}"
+                raise WriteError(
+                    f"{name} is {which}: it would be destroyed while it is read; write to "
+                    "another file"
+                )
+
+
+# -- writing -------------------------------------------------------------------------------
+def temporary_name(path: Path) -> Path:
+    """Where a write of ``path`` goes before it is renamed onto it."""
+    return path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    with contextlib.suppress(OSError):
+        os.fsync(fd)
+    os.close(fd)
+
+
+# The three steps of an atomic write, each its own function (the fault tests stop a
+# write after each): an empty temporary file beside the target, its content written and
+# fsync'ed, the rename onto the target (the folder fsync'ed).
+def create_temporary(path) -> tuple[int, Path]:
+    """``(fd, name)`` of a new, empty temporary file beside ``path`` (its folder made).
+    Mode 0666, so that the umask applies as to any file the user writes (mkstemp would
+    give 0600); O_EXCL with a random name makes it this write's alone."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        tmp = temporary_name(path)
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise WriteError(f"cannot create a temporary file beside {path}")
+
+
+def fill(fd: int, write, binary: bool = True) -> None:
+    """``write(f)`` on the open temporary file ``fd``, then flushed, fsync'ed and closed."""
+    kwargs = {} if binary else {"encoding": "utf-8", "newline": "\n"}
+    with os.fdopen(fd, "wb" if binary else "w", **kwargs) as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def install(tmp, path) -> None:
+    """Rename the written temporary file onto ``path`` and make the rename durable."""
+    os.replace(tmp, path)
+    _fsync_dir(Path(path).parent)
+
+
+def discard(tmp) -> None:
+    """Remove a temporary file whose write failed."""
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+
+
+def savez(f, arrays: dict, np) -> None:
+    """``arrays`` as an uncompressed ``.npz`` into the open file ``f``."""
+    np.savez(f, **arrays)
+
+
+@contextlib.contextmanager
+def replacing(where, *, binary: bool = False, role: str | None = None, owner=None):
+    """Write ``where`` (a path, or a ``Plan``'s Target) through a file object: a regular
+    file (or a new one) through a temporary file beside it, renamed onto it when the block
+    ends without an error (the temporary file removed otherwise); a stream (a pipe, a
+    terminal, ``/dev/null``) directly. ``role``: remember the file in the ledger as
+    written for it. ``owner``: refuse a path that leads out of that folder."""
+    t = _target(where, role, owner)
+    path, role, owner = t.path, role or t.role, owner or t.owner
+    if owner is not None and (path.is_symlink() or path.exists()) and not inside(path, owner):
+        raise WriteError(f"{path} leads out of {owner} (a link): remove the link")
+    kwargs = {} if binary else {"encoding": "utf-8", "newline": "\n"}
+    if path.exists() and not regular(path):  # a stream: never read, never renamed
+        with open(path, "wb" if binary else "w", **kwargs) as f:
+            yield f
+        return
+    fd, tmp = create_temporary(path)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        install(tmp, path)
+    except BaseException:
+        discard(tmp)
+        raise
+    if role is not None:
+        _remember(path, role)
+
+
+def write_text(where, text: str, **kw) -> Path:
+    """``where`` replaced by ``text`` (see ``replacing``)."""
+    with replacing(where, **kw) as f:
+        f.write(text)
+    return _target(where).path
+
+
+def write_bytes(where, data: bytes, **kw) -> Path:
+    with replacing(where, binary=True, **kw) as f:
+        f.write(data)
+    return _target(where).path
+
+
+def write_json(where, value, indent: int | None = 2, **kw) -> Path:
+    return write_text(where, json.dumps(value, indent=indent) + "\n", **kw)
+
+
+def write_npz(where, arrays: dict, np, **kw) -> Path:
+    """``arrays`` as an uncompressed ``.npz`` (``np``: NumPy, from the backend)."""
+    with replacing(where, binary=True, **kw) as f:
+        savez(f, arrays, np)
+    return _target(where).path
+
+
+def write_figure(where, figure, **kw) -> Path:
+    """A matplotlib ``figure`` as a PNG (``kw``: ``savefig``'s, and ``replacing``'s)."""
+    own = {k: kw.pop(k) for k in ("role", "owner") if k in kw}
+    with replacing(where, binary=True, **own) as f:
+        figure.savefig(f, format="png", **kw)
+    return _target(where).path
+
+
+def create_text(path, text: str, owner=None) -> Path:
+    """A new file ``path`` holding ``text``; never over a file already there (made
+    meanwhile, too: the temporary file is linked onto the name only if it is free)."""
+    path = Path(path)
+    if owner is not None and (path.is_symlink() or path.exists()) and not inside(path, owner):
+        raise WriteError(f"{path} leads out of {owner} (a link): remove the link")
+    fd, tmp = create_temporary(path)
+    try:
+        fill(fd, lambda f: f.write(text), binary=False)
+        os.link(tmp, path)  # fails if the name is taken
+        _fsync_dir(path.parent)
+    finally:
+        discard(tmp)
+    return path
+
+
+def append_text(path, text: str, owner=None) -> None:
+    """``text`` added at the end of ``path`` (a log of the program's own, in a folder it
+    owns: the metrics of a run)."""
+    path = Path(path)
+    if owner is not None and (path.is_symlink() or path.exists()) and not inside(path, owner):
+        raise WriteError(f"{path} leads out of {owner} (a link): remove the link")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _same_content(a, b, chunk: int = 1 << 20) -> bool:
+    try:
+        if os.path.getsize(a) != os.path.getsize(b):
+            return False
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            while True:
+                x, y = fa.read(chunk), fb.read(chunk)
+                if x != y:
+                    return False
+                if not x:
+                    return True
+    except OSError:
+        return False
+
+
+class FileSet:
+    """Several text files written all or nothing (the splits of a data set):
+
+        with FileSet({"train": path, ...}, owner=folder, inputs=[...]) as files:
+            files["train"].write(line)
+        files.unchanged        # every file was there with this very content
+
+    Each goes to a temporary file; when the block ends without an error: if every file
+    already holds exactly the new content, nothing is replaced (``unchanged``); else
+    existing files whose content differs are replaced only with ``overwrite`` (refused
+    in one line naming them, nothing replaced); on an error every temporary file goes.
+    An input of the command (by identity) and a link out of ``owner`` are refused before
+    anything is written."""
+
+    def __init__(self, paths: dict, owner=None, overwrite: bool = False, inputs=()):
+        self.paths = {k: Path(p) for k, p in paths.items()}
+        self.owner, self.overwrite = owner, overwrite
+        plan = Plan("", inputs, overwrite=True)
+        for p in self.paths.values():
+            plan._not_an_input(p, str(p))
+            if owner is not None and (p.is_symlink() or p.exists()) and not inside(p, owner):
+                raise WriteError(
+                    f"{p} leads out of {owner} (a link to {os.path.realpath(p)}): it would be "
+                    "written there; remove the link"
+                )
+        self.unchanged = False
+        self.replaced: list = []
+        self._tmp: dict = {}
+        self._files: dict = {}
+
+    def __enter__(self) -> dict:
+        try:
+            for k, p in self.paths.items():
+                fd, tmp = create_temporary(p)
+                self._tmp[k] = tmp
+                self._files[k] = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        except BaseException:
+            self._close(discard_all=True)
+            raise
+        return self._files
+
+    def _close(self, discard_all: bool) -> None:
+        for f in self._files.values():
+            with contextlib.suppress(OSError):
+                f.close()
+        if discard_all:
+            for tmp in self._tmp.values():
+                discard(tmp)
+
+    def __exit__(self, kind, error, tb) -> bool:
+        if kind is not None:
+            self._close(discard_all=True)
+            return False
+        for f in self._files.values():
+            f.flush()
+            os.fsync(f.fileno())
+        self._close(discard_all=False)
+        same = {k for k, p in self.paths.items() if _same_content(self._tmp[k], p)}
+        differ = [p for k, p in self.paths.items() if k not in same and p.exists()]
+        if differ and not self.overwrite:
+            for tmp in self._tmp.values():
+                discard(tmp)
+            names = ", ".join(str(p) for p in differ)
+            raise WriteError(
+                f"{names} exist with other content (your edits, or data made with other "
+                "settings): pass --overwrite to replace them"
+            )
+        self.unchanged = len(same) == len(self.paths)
+        for k, p in self.paths.items():
+            if k in same:
+                discard(self._tmp[k])
+            else:
+                install(self._tmp[k], p)
+                self.replaced.append(p)
+        return False
+
+
+def open_lock(path) -> int:
+    """A read-write descriptor of the lock file ``path`` (made if missing), for
+    ``flock``; its content is its holder's name (``RunLock``)."""
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+
+
+def clear_if(path, content: str) -> None:
+    """Empty the small file ``path`` if it holds ``content`` (a lock's holder)."""
+    try:
+        with open(path, "r+b") as f:
+            if f.read(200).decode("utf-8", errors="replace").strip() == content:
+                f.truncate(0)
+    except OSError:  # not there, or not ours to change
+        pass
+
+
+def devnull_descriptor() -> int:
+    """A descriptor writing to ``/dev/null`` (where a command's output goes once its
+    reader has left)."""
+    return os.open(os.devnull, os.O_WRONLY)
+
+
+def move(source, target) -> None:
+    """Rename ``source`` onto ``target`` (both in one folder the program writes)."""
+    os.replace(source, target)
+
+
+def remove_temporaries(folder: Path, names=None) -> list[Path]:
+    """Delete the temporary files of writes a killed process left in ``folder`` (names
+    matching ``TEMPORARY_RE``; with ``names``, only those of targets so named); returns
+    them. Call it holding the folder's lock: no live write is then among them."""
+    removed = []
+    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+        m = TEMPORARY_RE.match(p.name)
+        if m and (names is None or names(m["name"])) and p.is_file() and not p.is_symlink():
+            p.unlink()
+            removed.append(p)
+    return removed
+
+
+__all__ = [
+    "TEMPORARY_RE",
+    "FileSet",
+    "Plan",
+    "Target",
+    "WriteError",
+    "append_text",
+    "clear_if",
+    "create_text",
+    "create_temporary",
+    "devnull_descriptor",
+    "discard",
+    "fill",
+    "install",
+    "open_lock",
+    "savez",
+    "identity",
+    "inside",
+    "ledger_path",
+    "move",
+    "regular",
+    "remember",
+    "remove_temporaries",
+    "replacing",
+    "temporary_name",
+    "write_bytes",
+    "write_figure",
+    "write_json",
+    "write_npz",
+    "write_text",
+    "written_as",
+]

@@ -1,0 +1,189 @@
+"""The one writer (scratchformer/writer.py): no other module of the package writes a file,
+and what it writes never destroys another.
+
+Statically: no module but writer.py opens a file for writing, writes a path
+(``Path.write_*``), saves arrays (``np.save*``) or a figure (``savefig``), copies
+(``shutil.copy*``) or renames (``os.replace``, ``os.rename``, ``Path.rename``) a file.
+A planted direct write is caught. Then the writer's own rules, one by one.
+"""
+
+import ast
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import scratchformer
+from scratchformer import writer
+
+PACKAGE = Path(scratchformer.__file__).resolve().parent
+WRITER = PACKAGE / "writer.py"
+#: calls that write, whatever their arguments
+ALWAYS = {"write_text", "write_bytes", "savez", "savez_compressed", "save", "savetxt",
+          "savefig", "copy", "copy2", "copyfile", "copyfileobj", "copytree", "replace",
+          "rename", "move", "link", "symlink", "truncate"}  # fmt: skip
+#: modules whose ``replace``/``copy``... mean a file (``str.replace`` does not)
+FILE_MODULES = {"os", "shutil", "np", "numpy", "Path"}
+WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
+
+
+def _mode(call: ast.Call) -> str:
+    """The mode string of an ``open``/``fdopen`` call ("r" when absent or not a literal)."""
+    args = call.args[1:2] + [k.value for k in call.keywords if k.arg == "mode"]
+    for a in args:
+        if isinstance(a, ast.Constant) and isinstance(a.value, str):
+            return a.value
+    return "r"
+
+
+def writes(path: Path) -> list[str]:
+    """``line: what`` for every call in the file that writes a file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        owner = getattr(f.value, "id", "") if isinstance(f, ast.Attribute) else ""
+        if owner == "writer":  # through the writer: what this check asks for
+            continue
+        if name in ("open", "fdopen") and owner != "os" and set(_mode(node)) & set("wax+"):
+            found.append(f"{node.lineno}: open(..., {_mode(node)!r})")
+        elif name == "open" and owner == "os":
+            flags = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+            if flags & WRITE_FLAGS:
+                found.append(
+                    f"{node.lineno}: os.open(..., {'|'.join(sorted(flags & WRITE_FLAGS))})"
+                )
+        elif name in ("write_text", "write_bytes", "savefig", "savez", "savez_compressed"):
+            found.append(f"{node.lineno}: {name}()")
+        elif name in ALWAYS and owner in FILE_MODULES:
+            found.append(f"{node.lineno}: {owner}.{name}()")
+    return found
+
+
+def test_no_module_but_the_writer_writes_a_file():
+    found = {
+        str(p.relative_to(PACKAGE)): w
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p != WRITER and (w := writes(p))
+    }
+    assert not found, f"write through scratchformer/writer.py, not directly: {found}"
+    assert writes(WRITER)  # the check sees the writer's own writes
+
+
+def test_a_planted_direct_write_is_caught(tmp_path):
+    planted = tmp_path / "command.py"
+    planted.write_text(
+        "import os, shutil\n"
+        "def run(args):\n"
+        "    with open(args.output, 'w') as f:\n"
+        "        f.write('x')\n"
+        "    open(args.log, mode='a')\n"
+        "    fd = os.open(args.out, os.O_WRONLY | os.O_CREAT)\n"
+        "    shutil.copy(a, b)\n"
+        "    os.replace(a, b)\n"
+        "    figure.savefig(args.out)\n"
+        "    open(args.input).read()\n"  # reading: fine
+        "    'a.b'.replace('.', '/')\n"  # a string's replace: fine
+    )
+    found = writes(planted)
+    assert sorted(int(w.split(":")[0]) for w in found) == [3, 5, 6, 7, 8, 9], found
+
+
+# -- the writer's rules ---------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def ledger(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+def test_an_output_that_is_an_input_is_refused_by_any_name(tmp_path):
+    data = tmp_path / "train.tsv"
+    data.write_text("a\tb\n")
+    os.link(data, tmp_path / "hard.tsv")
+    (tmp_path / "soft.tsv").symlink_to(data)
+    plan = writer.Plan("evaluate", [("--split", data)], overwrite=True)
+    for name in ("train.tsv", "hard.tsv", "soft.tsv"):
+        with pytest.raises(writer.WriteError, match="it would be destroyed while it is read"):
+            plan.output(tmp_path / name, "evaluate --output", flag="--output")
+    assert data.read_text() == "a\tb\n"
+
+
+def test_only_the_programs_own_earlier_output_of_the_same_kind_is_replaced(tmp_path):
+    out = tmp_path / "hyp.txt"
+    plan = writer.Plan("translate")
+    writer.write_text(plan.output(out, "translate --output"), "one\n")
+    assert writer.written_as(out) == "translate --output"
+    writer.write_text(plan.output(out, "translate --output"), "two\n")  # a re-run
+    with pytest.raises(writer.WriteError, match=r"written by scratchformer as translate"):
+        plan.output(out, "evaluate --output", flag="--output")
+    out.write_text("edited by hand\n")  # no longer the program's
+    with pytest.raises(writer.WriteError, match="not written by this output.*--overwrite"):
+        plan.output(out, "translate --output")
+    writer.Plan("translate", overwrite=True).output(out, "translate --output")
+
+
+def test_a_link_out_of_the_owned_folder_is_never_written_through(tmp_path):
+    outside = tmp_path / "precious.txt"
+    outside.write_text("mine")
+    folder = tmp_path / "exercises"
+    folder.mkdir()
+    (folder / "relu.hints.md").symlink_to(outside)
+    with pytest.raises(writer.WriteError, match="leads out of"):
+        writer.append_text(folder / "relu.hints.md", "hint", owner=folder)
+    with pytest.raises(writer.WriteError, match="leads out of"):
+        writer.write_text(folder / "relu.hints.md", "hint", owner=folder)
+    assert outside.read_text() == "mine"
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    out = tmp_path / "a.txt"
+    out.write_text("old")
+    with pytest.raises(RuntimeError), writer.replacing(out) as f:
+        f.write("new, half")
+        raise RuntimeError("disk full")
+    assert out.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "state"] or sorted(
+        p.name for p in tmp_path.iterdir()
+    ) == ["a.txt"]
+
+
+def test_a_stream_is_written_as_it_is_never_read(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, so that opening it writes
+    try:
+        writer.write_text(fifo, "through\n")
+        assert os.read(r, 100) == b"through\n"
+    finally:
+        os.close(r)
+
+
+def test_a_file_set_is_all_or_nothing_and_a_rerun_with_the_same_content_is_a_no_op(tmp_path):
+    paths = {s: tmp_path / f"{s}.tsv" for s in ("train", "dev")}
+    with writer.FileSet(paths) as files:
+        files["train"].write("a\n")
+        files["dev"].write("b\n")
+    with (fs := writer.FileSet(paths)) as files:
+        files["train"].write("a\n")
+        files["dev"].write("b\n")
+    assert fs.unchanged and not fs.replaced
+    paths["dev"].write_text("edited\n")
+    with (
+        pytest.raises(writer.WriteError, match="exist with other content"),
+        writer.FileSet(paths) as files,
+    ):
+        files["train"].write("a\n")
+        files["dev"].write("b\n")
+    assert paths["dev"].read_text() == "edited\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_the_ledger_is_one_json_file_that_forgets_changed_files(tmp_path):
+    out = tmp_path / "x.png"
+    writer.write_bytes(out, b"png", role="plot schedule")
+    entries = json.loads(writer.ledger_path().read_text())
+    assert list(entries.values())[0][0] == "plot schedule"
+    out.write_bytes(b"other")
+    assert writer.written_as(out) is None
