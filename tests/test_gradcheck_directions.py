@@ -11,10 +11,7 @@ from scratchformer.cli import main
 from scratchformer.commands.gradcheck import demo_batch
 from scratchformer.gradcheck import check_directions
 from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.ops.attention import (
-    attention_core_backward,
-    dot_product_logits_backward,
-)
+from scratchformer.ops.attention import attention_core_backward
 
 
 def _model(preset: str, **overrides):
@@ -33,11 +30,11 @@ def _layernorm_without_the_xhat_term(dout, cache):
     return dx, (dout * xhat).reshape(-1, d).sum(0), dout.reshape(-1, d).sum(0)
 
 
-def _softmax_backward_off_by_1e4(dO, cache):
-    """Attention's backward with the softmax's gradient scaled by 1 + 1e-4: an error no
-    loss curve shows."""
-    dZ, dV = attention_core_backward(dO, cache.core)
-    return (*dot_product_logits_backward(dZ * (1 + 1e-4), cache.logits), dV)
+def _softmax_backward_off_by_1e4(dO, cache, dA_drop=None):
+    """The attention core's backward with the softmax's gradient scaled by 1 + 1e-4: an
+    error no loss curve shows."""
+    dZ, dV = attention_core_backward(dO, cache, dA_drop)
+    return dZ * (1 + 1e-4), dV
 
 
 def test_small_passes_in_float64_with_relu_and_gelu():
@@ -80,7 +77,10 @@ def test_base_passes_in_float64():
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "op, broken",
-    [("layernorm", _layernorm_without_the_xhat_term), ("attention", _softmax_backward_off_by_1e4)],
+    [
+        ("layernorm", _layernorm_without_the_xhat_term),
+        ("attention_core", _softmax_backward_off_by_1e4),
+    ],
 )
 def test_a_broken_backward_is_caught_at_base_size(plant, op, broken):
     """At base size (6+6 layers, d_model 512), a backward that is wrong by a missing term,

@@ -2,7 +2,7 @@
 seam compiles with NVRTC for sm_80 and sm_90 (a compile error fails, never skips, under
 CI=true), a planted syntax error is caught with NVRTC's log, and the dropout kernel's
 exact integer steps, run with NumPy, draw the masks of the counter-based generator (its
-mirror) bit for bit. ptxas, where present, reports registers and spills (printed, never
+mirror) bit for bit. ptxas, where present, reports registers and spills (`pytest -s`, never
 asserted). The sources ship in the package and are found by ``importlib.resources``."""
 
 import os
@@ -67,7 +67,9 @@ def test_a_syntax_error_is_caught_with_its_line():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed here")
-def test_ptxas_reports_registers_and_spills(tmp_path, capsys):
+def test_ptxas_reports_registers_and_spills(tmp_path):
+    """ptxas's registers and spills of the dropout kernel (shown with ``pytest -s``, not
+    among the test dots)."""
     src = tmp_path / "dropout.cu"
     src.write_text(cupy_kernels().source("dropout"))
     out = subprocess.run(
@@ -77,8 +79,7 @@ def test_ptxas_reports_registers_and_spills(tmp_path, capsys):
     assert out.returncode == 0, out.stderr
     report = [ln for ln in out.stderr.splitlines() if "registers" in ln or "spill" in ln]
     assert report
-    with capsys.disabled():
-        print("\nptxas, sm_90:\n  " + "\n  ".join(report))
+    print("\nptxas, sm_90:\n  " + "\n  ".join(report))
 
 
 def kernel_steps_in_numpy(x, p, key, counter):
@@ -121,12 +122,10 @@ def test_an_installed_wheel_carries_the_kernel_sources(tmp_path):
     root = Path(__file__).resolve().parents[2]
     wheels = tmp_path / "wheels"
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(wheels), str(root)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(root)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
-    if build.returncode != 0:
-        pytest.skip(f"pip cannot build a wheel here: {build.stderr[-300:]}")
+    assert build.returncode == 0, build.stderr[-2000:]
     target = tmp_path / "site"
     wheel = next(wheels.glob("scratchformer-*.whl"))
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",

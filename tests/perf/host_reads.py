@@ -13,20 +13,27 @@ the decoder's bookkeeping) are free, and so is moving a host array to the device
 from __future__ import annotations
 
 import contextlib
+import os
 import traceback
 
 import numpy as np
 
+import scratchformer
 from scratchformer import backend
 
 READS: list[str] = []
+
+#: the package's own folder: a frame is the package's when its file lies under it (a
+#: clone named ``scratchformer`` has the tests under a ``/scratchformer/`` too)
+PACKAGE = os.path.dirname(os.path.realpath(scratchformer.__file__)) + os.sep
 
 
 def _where() -> str:
     """The package's frame that made the read (file:line function)."""
     for f in reversed(traceback.extract_stack()[:-2]):
-        if "/scratchformer/" in f.filename:
-            return f"{f.filename.split('/scratchformer/')[-1]}:{f.lineno} {f.name}"
+        path = os.path.realpath(f.filename)
+        if path.startswith(PACKAGE):
+            return f"{path[len(PACKAGE):]}:{f.lineno} {f.name}"
     return "outside the package"
 
 
