@@ -44,6 +44,7 @@ __all__ = [
     "is_array",
     "on_host",
     "BackendError",
+    "quiet_float_warnings",
 ]
 
 #: NumPy itself, for host-side work (data pipelines, checkpoints on disk).
@@ -218,6 +219,15 @@ if _env:
         set_backend(_env)
     except BackendError as e:
         env_error = BackendError(f"SCRATCHFORMER_BACKEND={_env}: {e}")
+
+
+def quiet_float_warnings() -> None:
+    """Turn off NumPy's warnings about overflow, NaN and division by zero for the rest
+    of the process (the command line's): the program finds and reports non-finite
+    values itself (training's non-finite stop, the decoders' and the checks' own
+    messages), and a raw warning naming a line of our source explains nothing to a user.
+    A library user keeps NumPy's settings."""
+    numpy.seterr(all="ignore")
 
 
 def require_env_backend() -> None:

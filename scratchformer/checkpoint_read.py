@@ -99,6 +99,20 @@ def _check_memory(path, needed: int, what: str) -> None:
 
 # -- the zip and its members --------------------------------------------------------------
 def _damaged(path, e: BaseException) -> CheckpointError:
+    """The error for a file that cannot be read as a zip: one that is not a zip at all
+    (another kind of file: named as such), or a damaged one."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(4)
+    except OSError:
+        start = b"PK"
+    if not start:
+        return CheckpointError(f"{path} is empty (0 bytes): it is not a checkpoint")
+    if not start.startswith(b"PK"):  # every zip, an .npz too, starts so
+        return CheckpointError(
+            f"{path} is not a checkpoint: a checkpoint is an .npz (zip) archive, and this "
+            f"file starts with {start!r}"
+        )
     return CheckpointError(
         f"cannot read checkpoint {path}: the file is truncated or corrupted "
         f"({type(e).__name__}: {e})"

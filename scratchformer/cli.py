@@ -47,8 +47,37 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports a bad command line in one line: the problem, a guess at the
     flag or choice meant where one is close, and where to read more (no usage block)."""
 
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)  # for ``_negative``
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str):
+        message = self._negative(message) or message
         self.exit(2, f"{self.prog}: error: {message}{self._guess(message)} (see --help)\n")
+
+    def _negative(self, message: str) -> str:
+        """argparse takes a negative number in scientific notation (``--h -1e-3``) for an
+        option and says the flag before it has no value: the message for the number
+        itself instead (its type's verdict, or how to give it: ``--flag=-1e-3``)."""
+        m = re.match(r"argument (\S+): expected (?:at least )?one argument", message)
+        given = getattr(self, "_given", [])
+        if not m:
+            return ""
+        for flag in m.group(1).split("/"):
+            if flag in given and given.index(flag) + 1 < len(given):
+                value = given[given.index(flag) + 1]
+                try:
+                    float(value)
+                except ValueError:
+                    return ""
+                action = self._option_string_actions.get(flag)
+                try:
+                    if action is not None and action.type is not None:
+                        action.type(value)
+                except argparse.ArgumentTypeError as e:
+                    return f"argument {m.group(1)}: {e}"
+                return f"argument {m.group(1)}: for a negative number, write {flag}={value}"
+        return ""
 
     def _guess(self, message: str) -> str:
         m = re.match(r"unrecognized arguments: (\S+)", message)
@@ -136,9 +165,10 @@ def main(argv=None) -> int:
         _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command not in SEVERAL_PROCESSES and distributed.launched_size() > 1:
         return _one_process_only(args.command)
-    unwritable = progress.unwritable(args.argv)
-    if unwritable:  # before anything is made: a run's name is printed in its header
-        print(f"scratchformer {args.command}: error: {unwritable}", file=sys.stderr)
+    # before anything is made: a run's name is printed in its header
+    unusable = closed_streams(args) or progress.unwritable(args.argv)
+    if unusable:
+        print(f"scratchformer {args.command}: error: {unusable}", file=sys.stderr)
         return 2
     try:
         with _terminate_interrupts():
@@ -146,6 +176,7 @@ def main(argv=None) -> int:
                 backend.set_backend(args.backend)
             else:
                 backend.require_env_backend()
+            backend.quiet_float_warnings()
             from scratchformer import kernels  # noqa: PLC0415  (loaded once the guard is on)
 
             if kernels.env_error is not None:  # SCRATCHFORMER_KERNELS misspelt
@@ -159,6 +190,24 @@ def main(argv=None) -> int:
         if args.debug:
             raise
         return _end_every_rank(args, e)
+
+
+def closed_streams(args) -> str:
+    """Why the command cannot run with the standard streams it was given, in one line,
+    or '': standard output closed (``>&-``: Python then has no ``sys.stdout``), where every
+    command writes what it does; standard input closed (``<&-``) for a command that reads
+    it (``translate`` without ``--input``)."""
+    if sys.stdout is None:
+        return (
+            "standard output is closed (>&-): what the command writes would go nowhere; "
+            "redirect it to a file, or to /dev/null to silence it"
+        )
+    if sys.stdin is None and getattr(args, "input", None) == "-":
+        return (
+            "standard input is closed (<&-), and the sentences are read from it: give "
+            "--input FILE, or send them through a pipe"
+        )
+    return ""
 
 
 def _reader_gone() -> bool:
@@ -212,10 +261,17 @@ def _terminate_interrupts():
         raise Interrupted(signum, f"stopped by {signal_name(signum)}", at_once=True)
 
     previous = signal.signal(signal.SIGTERM, terminate)
+    # Ctrl-C raises KeyboardInterrupt while the command runs (the program's start-up
+    # handler, ``__main__``, ends it at once), and the start-up handler is back after it
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is not signal.SIG_IGN:  # ignored (a background job): left ignored
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if previous_int is not None:  # None: set outside Python, left as it is
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def _interrupted(args, e: KeyboardInterrupt) -> int:

@@ -13,10 +13,11 @@ __all__ = ["available_memory", "need_memory"]
 
 
 def available_memory() -> int | None:
-    """Bytes this process can still allocate on the host: the smaller of the system's
-    available memory and what its cgroup (container) limit leaves; None where neither
-    is known. (On a GPU, CuPy's own out-of-memory error is what reports a shortage.)"""
-    found = []
+    """Bytes this process can still allocate on the host: the smallest of the system's
+    available memory, what its cgroup (container) limit leaves and what its address-space
+    limit (``ulimit -v``) leaves; None where none is known. (On a GPU, CuPy's own
+    out-of-memory error is what reports a shortage.)"""
+    found = _address_space_left()
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             found += [int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:")]
@@ -37,6 +38,22 @@ def available_memory() -> int | None:
         except (ValueError, OSError, AttributeError):
             return None
     return min(found)
+
+
+def _address_space_left() -> list[int]:
+    """What ``ulimit -v`` (RLIMIT_AS) leaves of this process's address space: the limit
+    less the virtual size already mapped (``VmSize``); [] without such a limit."""
+    try:
+        import resource  # Unix only
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit == resource.RLIM_INFINITY:
+            return []
+        with open("/proc/self/status", encoding="ascii") as f:
+            size = [int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmSize:")]
+        return [max(limit - size[0], 0)] if size else []
+    except (ImportError, OSError, ValueError, IndexError):
+        return []
 
 
 def need_memory(nbytes: float, what: str, advice: str) -> None:

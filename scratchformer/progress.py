@@ -138,7 +138,18 @@ def stage(total: int | None, what: str, unit: str, bar: bool = True, echo=None):
 def unwritable(texts) -> str:
     """'' when standard output and error can write every one of ``texts`` (the command
     line, which names runs and prompts that are printed), else why not, in one line
-    (stderr writes it with backslash escapes whatever its encoding)."""
+    (stderr writes it with backslash escapes whatever its encoding). An argument whose
+    bytes are not text in the locale's encoding (Python keeps each such byte as a lone
+    surrogate, U+DC80-U+DCFF) is named as such: no output encoding can help it."""
+    for text in texts:
+        bad = [c for c in text if "\udc80" <= c <= "\udcff"]
+        if bad:
+            shown = text.encode("utf-8", "surrogateescape")
+            return (
+                f"the argument {shown!r} is not {sys.getfilesystemencoding().upper()} text (byte "
+                f"0x{ord(bad[0]) - 0xDC00:02x}): give it as UTF-8, from a UTF-8 terminal or "
+                "converted (iconv -t utf-8)"
+            )
     for stream in (sys.stdout, sys.stderr):
         encoding = getattr(stream, "encoding", None) or "utf-8"
         for text in texts:

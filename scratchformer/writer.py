@@ -12,7 +12,9 @@ before any work is done, and written atomically:
   written for each output role; any other existing file needs ``--overwrite``, and the
   refusal names both paths;
 - **never out of the folder it owns.** A file of a run, data or exercises folder is never
-  written through a symlink that leads out of that folder;
+  written through a symlink that leads out of that folder; a log appended to in place
+  that has another name (a hard link) gets a copy of its own first, and a lock file,
+  rewritten in place, must be a plain file of its own;
 - **never read from a stream.** An output that is not a regular file (a pipe, a terminal,
   ``/dev/null``, ``/dev/stdout``) is written as it is, never opened for reading;
 - **all or nothing.** A regular file is written to a temporary file beside it
@@ -36,6 +38,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import stat
 from pathlib import Path
 from typing import NamedTuple
@@ -423,13 +426,29 @@ def create_text(path, text: str, owner=None) -> Path:
 
 def append_text(path, text: str, owner=None) -> None:
     """``text`` added at the end of ``path`` (a log of the program's own, in a folder it
-    owns: the metrics of a run)."""
+    owns: the metrics of a run). A file that has other names (hard links: a backup made
+    with ``cp -l``, say) is first copied to a file of its own under its name, so that what
+    is added never reaches the other names."""
     path = Path(path)
     if owner is not None and (path.is_symlink() or path.exists()) and not inside(path, owner):
         raise WriteError(f"{path} leads out of {owner} (a link): remove the link")
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_file() and os.stat(path).st_nlink > 1:
+        _own_copy(path)
     with open(path, "a", encoding="utf-8") as f:
         f.write(text)
+
+
+def _own_copy(path: Path) -> None:
+    """Replace ``path`` by a copy of its content, so that it no longer shares its data
+    with another name (a hard link), through a temporary file renamed into place."""
+    fd, tmp = create_temporary(path)
+    try:
+        with open(path, "rb") as source:
+            fill(fd, lambda f: shutil.copyfileobj(source, f))
+        install(tmp, path)
+    finally:
+        discard(tmp)
 
 
 def _same_content(a, b, chunk: int = 1 << 20) -> bool:
@@ -511,8 +530,9 @@ class FileSet:
                 discard(tmp)
             names = ", ".join(str(p) for p in differ)
             raise WriteError(
-                f"{names} exist with other content (your edits, or data made with other "
-                "settings): pass --overwrite to replace them"
+                f"{names} {'exists' if len(differ) == 1 else 'exist'} with other content (your "
+                "edits, or data made with other settings): pass --overwrite to replace "
+                f"{'it' if len(differ) == 1 else 'them'}"
             )
         self.unchanged = len(same) == len(self.paths)
         for k, p in self.paths.items():
@@ -526,14 +546,39 @@ class FileSet:
 
 def open_lock(path) -> int:
     """A read-write descriptor of the lock file ``path`` (made if missing), for
-    ``flock``; its content is its holder's name (``RunLock``)."""
-    return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    ``flock``; its content is its holder's name (``RunLock``), which is rewritten in
+    place. So the name must be a plain file of its own: a symbolic link is never
+    followed, and a directory, a device or a file with other names (a hard link) is
+    refused in one line, rather than written into."""
+    path = Path(path)
+    why = ""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except OSError:
+        if path.is_symlink():
+            why = f"a link (to {os.path.realpath(path)})"
+        elif path.is_dir():
+            why = "a directory"
+        else:
+            raise
+    else:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.close(fd)
+            why = "not a plain file" if not stat.S_ISREG(st.st_mode) else "a hard link"
+        else:
+            return fd
+    raise WriteError(
+        f"{path} is {why}, where a run keeps its lock file (its holder's name, rewritten "
+        "in place): remove it"
+    )
 
 
 def clear_if(path, content: str) -> None:
     """Empty the small file ``path`` if it holds ``content`` (a lock's holder)."""
-    try:
-        with open(path, "r+b") as f:
+    try:  # never through a link: the lock was a plain file when its run took it
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "r+b") as f:
             if f.read(200).decode("utf-8", errors="replace").strip() == content:
                 f.truncate(0)
     except OSError:  # not there, or not ours to change
@@ -544,6 +589,20 @@ def devnull_descriptor() -> int:
     """A descriptor writing to ``/dev/null`` (where a command's output goes once its
     reader has left)."""
     return os.open(os.devnull, os.O_WRONLY)
+
+
+def fill_closed_standard_streams() -> None:
+    """/dev/null at each of descriptors 0, 1 and 2 that is closed (``<&-``, ``>&-``), so
+    that no file the program opens takes that number: a checkpoint would be read as
+    standard input, a log written where standard output was."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:  # open takes the lowest free number: usually ``fd`` itself
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def move(source, target) -> None:

@@ -137,6 +137,20 @@ def test_a_link_out_of_the_owned_folder_is_never_written_through(tmp_path):
     assert outside.read_text() == "mine"
 
 
+def test_an_append_never_reaches_another_name_of_the_file(tmp_path):
+    """A log with a hard link elsewhere (a backup made with ``cp -l``) gets a file of its
+    own before anything is added: the other name keeps its content."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    log = folder / "metrics.jsonl"
+    log.write_text("one\n")
+    backup = tmp_path / "backup.jsonl"
+    os.link(log, backup)
+    writer.append_text(log, "two\n", owner=folder)
+    assert (log.read_text(), backup.read_text()) == ("one\ntwo\n", "one\n")
+    assert os.stat(log).st_nlink == 1 and not list(folder.glob(".*.tmp"))
+
+
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     out = tmp_path / "a.txt"
     out.write_text("old")
@@ -171,7 +185,7 @@ def test_a_file_set_is_all_or_nothing_and_a_rerun_with_the_same_content_is_a_no_
     assert fs.unchanged and not fs.replaced
     paths["dev"].write_text("edited\n")
     with (
-        pytest.raises(writer.WriteError, match="exist with other content"),
+        pytest.raises(writer.WriteError, match="exists with other content"),
         writer.FileSet(paths) as files,
     ):
         files["train"].write("a\n")

@@ -33,7 +33,7 @@ from scratchformer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from scratchformer.train.rundir import run_file_of
+from scratchformer.train.rundir import owned_file_of
 
 
 def add_parser(sub) -> None:
@@ -93,7 +93,7 @@ def check_average_output(out: Path, paths: list, overwrite: bool) -> writer.Targ
             f"-o {out}: names checkpoint_<step>.npz belong to the trainer (--resume would "
             "take an average for the run's latest checkpoint): name it e.g. averaged.npz"
         )
-    return plan.output(out, "average -o", flag="-o", suffix=".npz", protected=run_file_of)
+    return plan.output(out, "average -o", flag="-o", suffix=".npz", protected=owned_file_of)
 
 
 def run(args) -> int:

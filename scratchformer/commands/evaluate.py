@@ -28,6 +28,7 @@ from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.commands import NONNEGATIVE, add_decoding_flags, check_lengths, plural
 from scratchformer.compat import task_of
 from scratchformer.data.bible_pairs import read_pairs
+from scratchformer.data.text import LineLimit
 from scratchformer.decode import translate
 from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
 from scratchformer.errors import ScratchformerError
@@ -35,7 +36,7 @@ from scratchformer.models import Transformer
 from scratchformer.progress import stage
 from scratchformer.train import evaluation
 from scratchformer.train.report import FORMATS
-from scratchformer.train.rundir import run_file_of
+from scratchformer.train.rundir import owned_file_of
 from scratchformer.train.tasks.seq2seq import pair_batches
 
 
@@ -94,9 +95,13 @@ def run(args) -> int:
         inputs = [("--checkpoint", args.checkpoint), (f"--split {args.split}", path)]
         plan = writer.Plan("evaluate", inputs, overwrite=args.overwrite)
         target = plan.output(
-            args.output, "evaluate --output", flag="--output", suffix="text", protected=run_file_of
+            args.output,
+            "evaluate --output",
+            flag="--output",
+            suffix="text",
+            protected=owned_file_of,
         )
-    pairs = read_pairs(path)
+    pairs = read_pairs(path, LineLimit(ckpt.config.max_len))
     _check_the_data_fits(ckpt, tok, pairs, path, args.checkpoint)
     if args.limit:
         pairs = pairs[: args.limit]

@@ -102,7 +102,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--h",
-        type=number(above=0),
+        type=number(above=0, hi=1),  # a step is a small change of a weight
         nargs="+",
         default=None,
         help=f"step (default {DEFAULT_H:g}, directional {DIRECTIONAL_H:g}); several: a sweep",
@@ -302,7 +302,23 @@ def run_directions(args) -> int:
                 print(report.table())
             ok = ok and report.passed
     print("\ngradcheck:", "PASSED" if ok else "FAILED")
+    if not ok and args.dtype == "float32":
+        print(float32_why(steps, args.tol))
     return 0 if ok else 1
+
+
+def float32_why(steps, tol: float) -> str:
+    """Why a float32 check fails a float64 tolerance, with what to do instead."""
+    eps = 2.0**-23  # float32's relative rounding step (1.2e-7)
+    h = min(steps)
+    return (
+        f"why: float32 keeps about 7 significant digits (eps = {eps:.1e}), so each loss is "
+        f"off by up to about eps * |L|, and the difference quotient (L(+h) - L(-h)) / 2h by "
+        f"about eps * |L| / h = {eps / h:.0e} * |L| at h = {h:g}: more than a tolerance of "
+        f"{tol:g} of the directional derivatives, most of all the small ones. float32 cannot "
+        "prove a gradient to float64's tolerance: prove them in float64 (the default), and "
+        "use float32 with several --h to see where its rounding takes over"
+    )
 
 
 class UnknownParameterError(ScratchformerError):

@@ -19,7 +19,7 @@ from scratchformer.commands import COUNT, NONNEGATIVE, integer, number
 from scratchformer.decode import greedy_decode
 from scratchformer.models import Transformer
 from scratchformer.ops import sinusoidal_table
-from scratchformer.train.rundir import run_file_of
+from scratchformer.train.rundir import owned_file_of
 from scratchformer.viz import ATTENTION_MAPS, PlotError
 
 #: where the plots of no run go (a run's plots go into its directory): beside the runs,
@@ -120,7 +120,7 @@ def _target(args, out, kind: str, inputs=()) -> writer.Target:
     ``inputs``, a run's file or another file than an earlier plot of this ``kind``
     (unless --overwrite)."""
     plan = writer.Plan(f"plot {kind}", inputs, overwrite=args.overwrite)
-    return plan.output(out, f"plot {kind}", flag="-o", suffix=".png", protected=run_file_of)
+    return plan.output(out, f"plot {kind}", flag="-o", suffix=".png", protected=owned_file_of)
 
 
 def run_dir_of(path: Path) -> Path:

@@ -37,13 +37,13 @@ from pathlib import Path
 from scratchformer import writer
 from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.commands import COUNT, NONNEGATIVE, add_decoding_flags, check_lengths, plural
-from scratchformer.data.text import iter_text_lines
+from scratchformer.data.text import LineLimit, iter_text_lines
 from scratchformer.decode import translate, translate_nbest
 from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
 from scratchformer.progress import stage
-from scratchformer.train.rundir import run_file_of
+from scratchformer.train.rundir import owned_file_of
 
 
 def add_parser(sub) -> None:
@@ -86,17 +86,22 @@ def run(args) -> int:
         plan.standard_output()
     else:
         target = plan.output(
-            args.output, "translate --output", flag="--output", suffix="text", protected=run_file_of
+            args.output,
+            "translate --output",
+            flag="--output",
+            suffix="text",
+            protected=owned_file_of,
         )
     ckpt, tokenizer = load_with_tokenizer(args.checkpoint, expect=Transformer)
     check_lengths(args, ckpt.config)
+    lines = LineLimit(ckpt.config.max_len)
     if args.input == "-":
         source, name, total = getattr(sys.stdin, "buffer", sys.stdin), "stdin", None
     else:
         source, name, total = args.input, args.input, None
         if Path(source).is_file():  # a stream (a pipe, a FIFO, /dev/stdin) is read once
             # a first pass over a file: the total shown, bad bytes found before any output
-            total = sum(1 for _, line in iter_text_lines(source) if line.strip())
+            total = sum(1 for _, line in iter_text_lines(source, limit=lines) if line.strip())
     check = SourceCheck(ckpt.model, tokenizer, name)
     decode = _decoder(args, ckpt.model, tokenizer)
     n = 0
@@ -105,7 +110,7 @@ def run(args) -> int:
         show = stage(total, "translating", "sentence", bar=not args.no_progress)
         stack.callback(show.close)
         out = sys.stdout if target is None else stack.enter_context(writer.replacing(target))
-        for chunk in chunked(check(iter_text_lines(source, name)), chunk_size):
+        for chunk in chunked(check(iter_text_lines(source, name, lines)), chunk_size):
             # flushed: a reader at the other end of a pipe gets each chunk at once
             show.emit("".join(line + "\n" for line in decode(chunk, show.update)), out)
             n += len(chunk)

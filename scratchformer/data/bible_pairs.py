@@ -50,7 +50,7 @@ from scratchformer.data.bible import (
     split_files,
     sword_path,
 )
-from scratchformer.data.text import iter_text_lines
+from scratchformer.data.text import NO_MODEL, LineLimit, iter_text_lines, not_a_file
 from scratchformer.errors import ScratchformerError
 
 #: ``--pair`` choices: (source module, target module).
@@ -256,7 +256,8 @@ def split_pairs(path, out_dir, dev=0.05, test=0.05, overwrite=False) -> dict:
             f" ({n - len(groups)} of them repeat another pair's source)" if n > len(groups) else ""
         )
         raise ParallelDataError(
-            f"{path} holds {n} pairs with {len(groups)} distinct sources{repeats}: too few to "
+            f"{path} holds {n} pairs with {len(groups)} distinct "
+            f"source{'s' if len(groups) != 1 else ''}{repeats}: too few to "
             f"keep pairs for test, dev and training (pairs with one source share a split)"
         )
     fs = split_files(out_dir, {s: f"{s}.tsv" for s in SPLITS}, overwrite, [("pairs", path)])
@@ -268,20 +269,24 @@ def split_pairs(path, out_dir, dev=0.05, test=0.05, overwrite=False) -> dict:
     return counts
 
 
-def read_pairs(path) -> list[tuple[str, str]]:
+def read_pairs(path, limit: LineLimit = NO_MODEL) -> list[tuple[str, str]]:
     """``[(source, target)]`` from a TSV file written by ``write_pairs`` (a third column,
     the reference, is optional), read by ``iter_text_lines`` (UTF-8, lines end at
     ``\\n``). Raises ``ParallelDataError`` naming the file and line for a missing file, a
     line without a tab, an empty side, or a file with no pairs (``TextEncodingError``
     for bytes that are not UTF-8)."""
     p = Path(path)
-    if not p.is_file():
+    why = not_a_file(p)
+    if why == "not found":
         raise ParallelDataError(
-            f"{p} not found: prepare the data with `scratchformer data bible --out "
-            f"{p.parent}` (or point --data-dir at a directory holding {p.name})"
+            f"{p} not found: make the splits of your own pairs with `scratchformer data pairs "
+            f"FILE --out {p.parent}`, or the Bible's with `scratchformer data bible --out "
+            f"{p.parent}` (or point --data-dir at a folder holding {p.name})"
         )
+    if why:
+        raise ParallelDataError(f"{p} {why}: a split must be a file of source<TAB>target lines")
     rows = []
-    for i, line in iter_text_lines(p):
+    for i, line in iter_text_lines(p, limit=limit):
         if not line.strip():
             raise ParallelDataError(f"{p}:{i}: empty line (expected source<TAB>target)")
         parts = line.split("\t")

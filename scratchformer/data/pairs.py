@@ -33,6 +33,7 @@ from pathlib import Path
 from scratchformer import backend, memory, writer
 from scratchformer.data.bible_pairs import read_pairs
 from scratchformer.data.bpe import BPEError, BPETokenizer
+from scratchformer.data.text import NO_MODEL, LineLimit
 from scratchformer.data.tokenizers import CharTokenizer, Tokenizer, tokenizer_from_dict
 from scratchformer.data.vocab import SPECIALS, Vocab
 from scratchformer.errors import ScratchformerError, need
@@ -135,7 +136,7 @@ def string_pairs(
     total = train_size + valid_size + test_size
     memory.need_memory(
         total * (STRING_BYTES + 40 * max_len),
-        f"{total} generated strings of up to {max_len} letters",
+        f"{total:,} generated strings of up to {max_len} letters",
         "lower task.train_size (valid_size, test_size)",
     )
     rng = backend.host_rng([seed, 1])
@@ -201,7 +202,9 @@ def vocabulary_for(train_pairs) -> tuple[int, str]:
     return max(size, base), how
 
 
-def translation_pairs(data_dir, *, vocab_size: int, max_len: int) -> Pairs:
+def translation_pairs(
+    data_dir, *, vocab_size: int, max_len: int, lines: LineLimit = NO_MODEL
+) -> Pairs:
     """``{data_dir}/{train,dev,test}.tsv`` with the joint BPE (see the module doc); the
     ``valid`` split is dev.tsv. A ``vocab_size`` SentencePiece cannot make of the text is
     refused naming ``task.vocab_size`` and the bound; one chosen from the data (0) is
@@ -216,7 +219,7 @@ def translation_pairs(data_dir, *, vocab_size: int, max_len: int) -> Pairs:
     if max_len < 1:
         raise DataError(f"task.max_len must be >= 1, got {max_len}")
     d = Path(data_dir)
-    train, valid, test = (read_pairs(d / f"{s}.tsv") for s in ("train", "dev", "test"))
+    train, valid, test = (read_pairs(d / f"{s}.tsv", lines) for s in ("train", "dev", "test"))
     chosen = ""
     if vocab_size == 0:
         vocab_size, chosen = vocabulary_for(train)

@@ -19,7 +19,13 @@ of them follow one rule:
   Python's universal newlines would split in two stays one);
 - a UTF-8 byte order mark at the start of the file is dropped (some editors write one;
   it is not part of the first line's text; a file holding nothing else is empty); the
-  last line needs no ``\n``.
+  last line needs no ``\n``;
+- a line is bounded (``LineLimit``): 64 bytes for each position of the model that reads
+  it (``64 * max_len``: 64 KiB for ``max_len = 1024``), or 1 MiB where no model is at
+  hand yet (the ``data`` commands, a metrics log, a training run whose model is chosen
+  from its data). A longer line is an error naming its line number, found after reading
+  at most one byte more than the limit: a file with no line breaks (``/dev/zero``, a
+  binary file, a 100 MB line) costs no more memory than one allowed line.
 
 ``scratchformer data web-text`` and ``scratchformer data genre`` write the corpora, one
 folder each holding its splits, as every data set does (``data/<name>/<split>.<ext>``);
@@ -33,7 +39,9 @@ from __future__ import annotations
 import io
 import os
 import re
+import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from scratchformer.compat import split_file
@@ -50,24 +58,71 @@ class TextEncodingError(CorpusError):
     """A text file holds bytes that are not UTF-8 text (or a NUL byte)."""
 
 
+class LineTooLongError(CorpusError):
+    """A line of text is longer than the program reads (``LineLimit``)."""
+
+
 BOM = "\ufeff"
 
+#: bytes a line may hold for each position of the model that reads it: far more than
+#: text needs (a subword averages under 8 bytes, a UTF-8 character takes at most 4)
+BYTES_PER_POSITION = 64
 
-def iter_text_lines(source, name: str | None = None) -> Iterator[tuple[int, str]]:
+#: the longest line read where no model is at hand (1 MiB)
+MAX_LINE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class LineLimit:
+    """The longest line a reader accepts: ``BYTES_PER_POSITION * max_len`` bytes for a
+    model of ``max_len`` positions, ``MAX_LINE_BYTES`` without one (``max_len=None``).
+    A text stream already decoded (a ``StringIO``) counts characters instead of bytes."""
+
+    max_len: int | None = None
+
+    @property
+    def bytes(self) -> int:
+        return MAX_LINE_BYTES if self.max_len is None else BYTES_PER_POSITION * self.max_len
+
+    def error(self, name: str, lineno: int) -> LineTooLongError:
+        why = (
+            "the most read where no model is at hand"
+            if self.max_len is None
+            else f"{BYTES_PER_POSITION} bytes for each of the model's {self.max_len} positions"
+        )
+        return LineTooLongError(
+            f"{name}: line {lineno} is longer than {self.bytes:,} bytes ({why}): a line is "
+            "one sentence; split it (or is this not a text file?)"
+        )
+
+
+#: the limit of a reader with no model at hand
+NO_MODEL = LineLimit()
+
+
+def iter_text_lines(
+    source, name: str | None = None, limit: LineLimit = NO_MODEL
+) -> Iterator[tuple[int, str]]:
     """``(line number from 1, line)`` for each line of ``source``, read as the module
     doc says. ``source`` is a path or an open stream: a binary one (``sys.stdin.buffer``)
     is decoded here; a text one (a ``StringIO``) is taken as already decoded. ``name``
-    is what error messages call the file (default: the path itself).
+    is what error messages call the file (default: the path itself); a line longer than
+    ``limit`` is an error.
 
-    Lines are read one at a time, so memory stays that of one line, and a stream such as
-    a pipe gives each line as soon as it arrives."""
+    Lines are read one at a time, at most ``limit.bytes + 1`` bytes a read, so memory
+    stays that of one allowed line, and a stream such as a pipe gives each line as soon
+    as it arrives."""
     if isinstance(source, (str, os.PathLike)):
         with open(source, "rb") as f:
-            yield from iter_text_lines(f, str(source) if name is None else name)
+            yield from iter_text_lines(f, str(source) if name is None else name, limit)
         return
     name = name or str(getattr(source, "name", "input"))
-    lines = source if _is_binary(source) else iter(source.readline, "")
+    most = limit.bytes
+    end = b"\n" if _is_binary(source) else "\n"
+    lines = iter(lambda: source.readline(most + 1), end[:0])
     for lineno, raw in enumerate(lines, start=1):
+        if len(raw) > most and not raw.endswith(end):
+            raise limit.error(name, lineno)
         text = raw if isinstance(raw, str) else _decode(raw, lineno, name)
         if text.endswith("\n"):
             text = text[:-2] if text.endswith("\r\n") else text[:-1]
@@ -101,9 +156,47 @@ def _decode(raw: bytes, lineno: int, name: str) -> str:
         ) from None
 
 
+def not_a_file(path) -> str:
+    """Why ``path`` cannot be read as a data file, in words ("is a directory, not a
+    file"), or '' when it is a regular file (through links). A missing file is "not
+    found": the caller says what makes it; a named pipe or a device is not a data set,
+    which the program reads more than once."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "not found"
+    except PermissionError:
+        return "cannot be read (permission denied)"
+    except OSError as e:
+        return f"cannot be read ({(e.strerror or str(e)).lower()})"
+    if stat.S_ISREG(st.st_mode):
+        return ""
+    if stat.S_ISDIR(st.st_mode):
+        return "is a directory, not a file"
+    kind = "a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode) else "a device or a socket"
+    return f"is {kind}, not a file (a data set is read more than once)"
+
+
+def split_of_data_set(path) -> str:
+    """What ``path`` is to a data set ("the train split of the data set in data/bible"):
+    a ``{train,dev,test}.{tsv,txt}`` beside another split of the same kind; '' otherwise
+    (so that an output over it is named for what it is)."""
+    path = Path(path)
+    split, _, ext = path.name.partition(".")
+    if split not in SPLITS or ext not in ("tsv", "txt"):
+        return ""
+    others = [s for s in SPLITS if s != split and (path.parent / f"{s}.{ext}").is_file()]
+    return f"the {split} split of the data set in {path.parent}" if others else ""
+
+
 def _need_file(path: Path, command: str) -> Path:
-    if not path.is_file():
+    why = not_a_file(path)
+    if why == "not found":
         raise CorpusError(f"{path} not found: prepare it first with `scratchformer {command}`")
+    if why:
+        raise CorpusError(
+            f"{path} {why}: a split must be a file, as `scratchformer {command}` writes"
+        )
     return path
 
 
@@ -114,19 +207,19 @@ def _split_file(d: Path, split: str, ext: str, former: str, command: str) -> Pat
     return path if path.is_file() else _need_file(d / f"{split}.{ext}", command)
 
 
-def load_lines(data_dir) -> dict:
+def load_lines(data_dir, limit: LineLimit = NO_MODEL) -> dict:
     """``{split: [line]}`` from ``{train,dev,test}.txt`` (blank lines skipped)."""
     d = Path(data_dir)
     out = {}
     for s in SPLITS:
         p = _split_file(d, s, "txt", "web", "data web-text")
-        out[s] = [line for _, line in iter_text_lines(p) if line.strip()]
+        out[s] = [line for _, line in iter_text_lines(p, limit=limit) if line.strip()]
         if not out[s]:
             raise CorpusError(f"{p} holds no lines")
     return out
 
 
-def load_labelled(data_dir) -> dict:
+def load_labelled(data_dir, limit: LineLimit = NO_MODEL) -> dict:
     """``{split: [(label, text)]}`` from ``{train,dev,test}.tsv``
     (``label<TAB>text[<TAB>ref]``; lines without a text are skipped)."""
     d = Path(data_dir)
@@ -134,7 +227,7 @@ def load_labelled(data_dir) -> dict:
     for s in SPLITS:
         p = _split_file(d, s, "tsv", "genre", "data genre")
         rows = []
-        for _, line in iter_text_lines(p):
+        for _, line in iter_text_lines(p, limit=limit):
             parts = line.split("\t")
             if len(parts) >= 2 and parts[1]:
                 rows.append((parts[0], parts[1]))
@@ -150,10 +243,17 @@ def words(text: str) -> str:
 
 
 __all__ = [
+    "BYTES_PER_POSITION",
+    "MAX_LINE_BYTES",
+    "NO_MODEL",
     "CorpusError",
+    "LineLimit",
+    "LineTooLongError",
     "TextEncodingError",
     "iter_text_lines",
     "load_labelled",
     "load_lines",
+    "not_a_file",
+    "split_of_data_set",
     "words",
 ]

@@ -62,8 +62,9 @@ from scratchformer.decode.common import (
     check_vocabulary,
     constrain,
     length_penalty,
-    log_probs,
     max_output_lengths,
+    nan_scores,
+    next_log_probs,
     silent_rows,
     source_lengths,
 )
@@ -146,7 +147,7 @@ def _next_log_probs(model, tokens, kv, step, max_lens, min_len, history, ngram, 
     """Step 1: log p(y | prefix) (R, V) float64 of every live row, one ``decode_step``,
     with the token rules of ``constrain`` (``max_lens`` (R,) host: each row's L) and,
     for ``ngram`` > 0, -inf on every token that would repeat an n-gram of the row."""
-    lp = log_probs(model.decode_step(tokens, kv)[:, -1])  # (R, V) float64
+    lp = next_log_probs(model, tokens, kv)  # (R, V) float64
     silent = silent_rows(history, writes)
     lp = constrain(lp, step, max_lens, min_len, model.config, silent, writes)
     if ngram:
@@ -292,7 +293,11 @@ def beam_search(
         )
         # 2. the best 2K continuations of each sentence's K live hypotheses
         cand = (backend.asarray(cum).reshape(-1, 1) + lp).reshape(Ba, K * V)  # (B, K*V)
+        # a sentence with a NaN score is NaN throughout, so that its winners show it
+        cand = xp.where(xp.isnan(cand).any(axis=1, keepdims=True), xp.nan, cand)
         idx, val = _top_candidates(cand, min(2 * K, K * V))  # (B, 2K) host, best first
+        if np.isnan(val).any():  # a row of NaN scores (next_log_probs)
+            raise nan_scores(model)
         parent, tok = idx // V, idx % V  # beam within the sentence, token id
         # 3. <eos> within the top K ranks finishes a hypothesis (|Y| = step tokens + <eos>)
         lp_eos = length_penalty(step + 1, alpha)

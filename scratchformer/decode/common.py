@@ -144,6 +144,26 @@ def log_probs(logits):
     return kernels.log_softmax.forward(logits.astype(xp.float64))[0]
 
 
+def next_log_probs(model, tokens, kv):
+    """One ``decode_step`` of every live row: (R, V) float64 log-probabilities of the
+    next token (``log_probs``). A search checks them for NaN in what it reads back
+    anyway (``nan_scores``), never with a read of its own."""
+    return log_probs(model.decode_step(tokens, kv)[:, -1])
+
+
+def nan_scores(model) -> DecodeError:
+    """The error for a model whose next-token scores are not numbers (NaN: its weights
+    overflow its dtype), naming that cause, instead of a search that ends with no
+    hypothesis and blames its options."""
+    params = list(model.parameters().values())
+    largest = max(float(xp.abs(p).max()) for p in params)
+    return DecodeError(
+        f"the model's next-token scores are not numbers (NaN): its activations overflow "
+        f"{params[0].dtype} (its largest weight is {largest:.1e}): this checkpoint cannot "
+        "decode; it holds the weights of a diverged run, or weights changed by hand"
+    )
+
+
 def writing_tokens(tokenizer, vocab_size: int):
     """Host bool (V,): the ids whose text, alone, is not blank (<pad>, <bos>, <eos> and
     the tokens a tokenizer writes as nothing or as space are False)."""
@@ -212,5 +232,7 @@ __all__ = [
     "length_penalty",
     "log_probs",
     "max_output_lengths",
+    "nan_scores",
+    "next_log_probs",
     "source_lengths",
 ]

@@ -24,8 +24,9 @@ from scratchformer.decode.common import (
     check_lengths_args,
     check_vocabulary,
     constrain,
-    log_probs,
     max_output_lengths,
+    nan_scores,
+    next_log_probs,
     source_lengths,
 )
 
@@ -60,10 +61,13 @@ def greedy_decode(
     active = np.arange(B)  # the sentence each row decodes
     tokens = bos_column(B, cfg)  # (R, 1) the next decoder input of every row
     for step in range(int(max_lens.max()) + 1):
-        lp = log_probs(model.decode_step(tokens, kv)[:, -1])  # (R, V)
+        lp = next_log_probs(model, tokens, kv)  # (R, V)
         silent = None if writes is None else ~wrote[active]
         lp = constrain(lp, step, max_lens[active], min_len, cfg, silent, writes)
-        next_tok = backend.asnumpy(xp.argmax(lp, axis=-1))  # (R,) first max on ties
+        # (R,) first max on ties; -1 marks a row whose scores are NaN (one read for both)
+        next_tok = backend.asnumpy(xp.where(xp.isnan(lp).any(axis=-1), -1, xp.argmax(lp, axis=-1)))
+        if (next_tok < 0).any():
+            raise nan_scores(model)
         going = next_tok != cfg.eos_id  # <eos> finishes a row (forced at its max length)
         for b, tok in zip(active[going], next_tok[going]):
             outputs[b].append(int(tok))

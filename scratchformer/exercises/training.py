@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from scratchformer import backend, kernels
+from scratchformer import backend, kernels, writer
 from scratchformer.errors import ScratchformerError
 from scratchformer.exercises import EXERCISES, files
 from scratchformer.exercises.grade import grade
@@ -102,6 +103,13 @@ def train_both(where: Path, steps=None, sets=(), progress=True, echo=print) -> t
             "to train with yours"
         )
     cfg_yours, cfg_engine = configs(where, steps, sets)
+    for cfg in (cfg_yours, cfg_engine):  # each run's folder is replaced: only ever ours
+        if not writer.inside(cfg.out_dir, where):
+            raise ScratchformerError(
+                f"{cfg.out_dir} leads out of {where} (a link to "
+                f"{os.path.realpath(cfg.out_dir)}): the exercise runs would replace what is "
+                "there; remove the link"
+            )
     echo(f"checking the exercises in {where}:")
     found = passing(where, echo)
     echo(f"  passing: {', '.join(found) or 'none'}")

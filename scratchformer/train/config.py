@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -192,12 +193,19 @@ def shipped_names() -> list[str]:
 
 
 def _parse(text: bytes, label: str) -> dict:
+    """The TOML of a config file. A UTF-8 byte order mark at its start (some editors
+    write one) is dropped, as in every text file the program reads."""
     try:
-        return tomllib.loads(text.decode("utf-8"))
+        return tomllib.loads(text.decode("utf-8").removeprefix("\ufeff"))
     except UnicodeDecodeError as e:
         raise ConfigError(f"{label} is not UTF-8 text (byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{label} is not valid TOML: {e}") from None
+    except RecursionError:  # Python's TOML reader recurses once per level of nesting
+        raise ConfigError(
+            f"{label} nests arrays or tables deeper than a TOML reader follows: a config "
+            "is a few tables of plain settings"
+        ) from None
 
 
 def read_config(source) -> tuple[dict, str]:
@@ -221,7 +229,7 @@ def parse_value(text: str):
     string."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):  # not TOML, or nested past reading
         return text
 
 
@@ -373,6 +381,15 @@ def _typed(d: dict, origins: dict) -> TrainConfig:
     ]
     need(not wrong, "; ".join(wrong))
     need(top["name"] != "" or top["run_dir"] != "", "the run needs a name (or a run_dir)")
+    control = [c for c in top["name"] if unicodedata.category(c) in ("Cc", "Cf")]
+    need(
+        not control,
+        f"name {top['name']!r}{_where(origins, 'name')} holds a control character "
+        f"({control[0]!r}, a tab, a line break or a terminal escape) that every line naming "
+        "the run would print: choose a name of letters, digits and punctuation"
+        if control
+        else "",
+    )
     need(
         top["name"] == "" or is_run_name(top["name"]),
         f"name {top['name']!r}{_where(origins, 'name')} is not a run name: one folder name "

@@ -74,12 +74,14 @@ from scratchformer.train.rundir import (
     clear_for_fresh_run,
     prune_checkpoints,
     refuse_foreign_files,
+    refuse_links_out,
     remove_temporaries,
     write_config,
 )
 from scratchformer.train.step import Divergence, Window, dropout_seed, stop_message
 from scratchformer.train.stepper import Stepper
 from scratchformer.train.tasks import TASKS
+from scratchformer.train.tasks.base import line_limit
 
 
 def _quiet(*args) -> None:
@@ -122,10 +124,11 @@ class Trainer:
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.metrics_path = self.run_dir / "metrics.jsonl"
 
-        self.task = TASKS[cfg.task.name](cfg.task) if w.main else None
+        lines = line_limit(cfg.model)
+        self.task = TASKS[cfg.task.name](cfg.task, lines) if w.main else None
         w.broadcast(None)  # the other ranks build the task after rank 0, from its caches
         if self.task is None:
-            self.task = TASKS[cfg.task.name](cfg.task)
+            self.task = TASKS[cfg.task.name](cfg.task, lines)
         t, o = cfg.train, cfg.optim
         self.model_config = self.task.configure(cfg.model, cfg.seed)
         check_training_memory(  # before any parameter is allocated
@@ -157,6 +160,7 @@ class Trainer:
         self.interrupts = Interrupts(w.main)  # the run's signal handlers, while it runs
         if w.main:
             refuse_foreign_files(self.run_dir)  # a folder with files of ours it did not write
+            refuse_links_out(self.run_dir)  # or with links out of it at the names it writes
             # locked before anything in the directory changes; released when ``run`` ends
             self.lock = RunLock(self.run_dir).acquire(echo)
             try:  # refused: the directory is let go at once (the exception may be kept)

@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover - not POSIX: the directory is not locked
 
 from scratchformer import writer
 from scratchformer.checkpoint import CHECKPOINT_RE, list_checkpoints
+from scratchformer.data.text import split_of_data_set
 from scratchformer.errors import ConfigError
 
 LOCK_NAME = ".lock"
@@ -194,6 +195,26 @@ def refuse_foreign_files(run_dir: Path) -> None:
         )
 
 
+def refuse_links_out(run_dir: Path) -> None:
+    """ConfigError naming a name the run writes or deletes (its configuration, metrics
+    log, checkpoints folder and checkpoints) that is a symbolic link leading out of
+    ``run_dir``: a run would write into, or delete from, a place it does not own (another
+    run's checkpoints). Checked before anything in the directory changes, with or without
+    ``--overwrite``."""
+    run_dir = Path(run_dir)
+    ckpt_dir = run_dir / "checkpoints"
+    names = [run_dir / CONFIG_NAME, run_dir / METRICS_NAME, ckpt_dir]
+    if ckpt_dir.is_dir() and writer.inside(ckpt_dir, run_dir):
+        names += [p for _, p in list_checkpoints(ckpt_dir)] + [ckpt_dir / AVERAGED_NAME]
+    for p in names:
+        if p.is_symlink() and not writer.inside(p, run_dir):
+            raise ConfigError(
+                f"{p} leads out of {run_dir}, the run's directory (a link to "
+                f"{os.path.realpath(p)}): the run would write there; remove the link, or "
+                "give the run another --name or --run-dir"
+            )
+
+
 def earlier_run(run_dir: Path) -> list[Path]:
     """The files an earlier run wrote in ``run_dir``: its checkpoints (by step), averaged
     model, metrics log and configuration, the ones present."""
@@ -244,6 +265,12 @@ def run_file_of(path: Path) -> str:
         return ""
     d = Path(path).parent
     return f"{what} of the run in {d.parent if d.name == 'checkpoints' else d}"
+
+
+def owned_file_of(path: Path) -> str:
+    """``run_file_of``, or what ``path`` is to a data set (``split_of_data_set``): a file
+    an output of a command replaces only with ``--overwrite``, named for what it is."""
+    return run_file_of(path) or split_of_data_set(path)
 
 
 def clear_for_fresh_run(run_dir: Path, overwrite: bool) -> None:
@@ -365,7 +392,9 @@ __all__ = [
     "is_metrics_log",
     "is_run_config",
     "is_run_dir",
+    "owned_file_of",
     "refuse_foreign_files",
+    "refuse_links_out",
     "run_file",
     "prune_checkpoints",
     "remove_temporaries",

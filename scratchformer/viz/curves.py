@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from scratchformer import backend
-from scratchformer.data.text import iter_text_lines
+from scratchformer.data.text import iter_text_lines, not_a_file
 from scratchformer.optim.schedule import NoamSchedule
 from scratchformer.viz.figure import DPI, PlotError, new_figure, png_path, save_png
 
@@ -173,8 +173,9 @@ def read_metrics(path) -> list[dict]:
     records (``TextEncodingError`` for bytes that are not UTF-8).
     """
     path = Path(path)
-    if not path.is_file():
-        raise PlotError(f"no metrics log at {path}")
+    why = not_a_file(path)
+    if why:
+        raise PlotError(f"no metrics log at {path}" if why == "not found" else f"{path} {why}")
     records = []
     for n, line in iter_text_lines(path):
         if not line.strip():

@@ -339,8 +339,8 @@ def _twice(good, path):
 
 FILES = [
     ("truncated", _truncated, "truncated or corrupted"),
-    ("empty", lambda good, path: path.write_bytes(b""), "truncated or corrupted"),
-    ("text", lambda good, path: path.write_text("not a zip"), "truncated or corrupted"),
+    ("empty", lambda good, path: path.write_bytes(b""), "is empty (0 bytes): it is not a"),
+    ("text", lambda good, path: path.write_text("not a zip"), "not a checkpoint: a checkpoint"),
     ("crc", _crc, "truncated or corrupted"),
     ("directory", lambda good, path: path.mkdir(), "checkpoint_2.npz is a directory"),
     ("no-meta", lambda good, path: np.savez(path, x=np.zeros(2)), "no __meta__ entry"),
@@ -451,7 +451,7 @@ AVERAGE = [  # (id, argv after "average" from (good, tmp, dir), what the one lin
     ("last-too-many", lambda g, t, d: [str(d), "--last", "9"], "the last 9 checkpoints but"),
     ("last-default-5", lambda g, t, d: [str(d)], "the last 5 checkpoints but"),
     ("empty-directory", lambda g, t, d: [str(t / "none")], "holds 0 checkpoint_<step>.npz"),
-    ("not-a-checkpoint", lambda g, t, d: [g, _corrupt(t)], "truncated or corrupted"),
+    ("not-a-checkpoint", lambda g, t, d: [g, _corrupt(t)], "starts with b'corr'"),
     ("missing-input", lambda g, t, d: [g, f"{t}/nope.npz"], "no checkpoint file at"),
     ("input-twice", lambda g, t, d: [g, g], "is given twice"),
     ("dir-and-file", lambda g, t, d: [str(d), g], "either one directory or checkpoint files"),

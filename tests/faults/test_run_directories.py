@@ -73,6 +73,31 @@ def test_a_lock_left_by_a_killed_run_is_taken_over_naming_it(tmp_path, capsys):
     assert (run / LOCK_NAME).read_text() == ""  # released at the end of the run
 
 
+@pytest.mark.parametrize("shape", ["symlink", "hard link", "directory", "dangling symlink"])
+def test_a_lock_that_is_not_a_plain_file_is_refused_and_never_written(tmp_path, capsys, shape):
+    """The lock's holder is written into the lock file in place: a link at its name
+    would carry the write (and the truncation at release) to another file, which the
+    run must never touch; a directory there is named as what it is."""
+    run, precious = tmp_path / "run", tmp_path / "precious.txt"
+    run.mkdir()
+    precious.write_text("the user's own\n")
+    lock = run / LOCK_NAME
+    if shape == "symlink":
+        lock.symlink_to(precious)
+    elif shape == "hard link":
+        os.link(precious, lock)
+    elif shape == "directory":
+        lock.mkdir()
+    else:
+        lock.symlink_to(tmp_path / "made-by-the-run")
+    assert _train(run) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{lock} is a" in err[0] and "lock file" in err[0], err
+    assert precious.read_text() == "the user's own\n"
+    assert not (tmp_path / "made-by-the-run").exists()
+    assert sorted(p.name for p in run.iterdir()) == [LOCK_NAME]  # nothing else written
+
+
 def test_two_real_trainings_on_one_directory(tmp_path):
     """A training process holds the directory while it trains; a second one started
     meanwhile is refused and writes nothing; the first finishes untouched."""
@@ -396,7 +421,7 @@ def test_resume_with_no_checkpoint(tmp_path, capsys, files):
     [
         ("path/that/does/not/exist.npz", "no checkpoint file at path/that/does/not/exist.npz"),
         (".", "checkpoint file"),  # "no checkpoint file at", or "not a checkpoint file"
-        ("notes.txt", "cannot read checkpoint notes.txt"),
+        ("notes.txt", "notes.txt is not a checkpoint"),
     ],
     ids=["missing", "a-directory", "not-a-checkpoint"],
 )

@@ -6,9 +6,11 @@ task, and a resumed run only goes forward from where it is."""
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -310,7 +312,10 @@ def test_an_unknown_plotting_backend_is_one_line(tmp_path):
 #: the ``scratchformer`` program as its installed script starts it, with Ctrl-C arriving
 #: while the module named in argv[1] is being imported
 _CTRL_C_WHILE_LOADING = """
+import os
+import signal
 import sys
+import time
 
 LOADING = sys.argv.pop(1)
 
@@ -318,7 +323,8 @@ LOADING = sys.argv.pop(1)
 class CtrlC:
     def find_spec(self, name, path=None, target=None):
         if name == LOADING:
-            raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the signal is handled before the import goes on
         return None
 
 
@@ -340,6 +346,76 @@ def test_ctrl_c_while_the_program_loads_is_one_line(tmp_path, module):
     p = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert p.returncode == 130 and p.stderr.splitlines() == ["scratchformer: stopped by Ctrl-C"]
     assert list(tmp_path.iterdir()) == []
+
+
+def _program() -> list:
+    """The installed ``scratchformer`` script beside this Python, else ``-m``."""
+    script = Path(sys.executable).parent / "scratchformer"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "scratchformer"]
+
+
+#: the program as its script starts it, saying on the descriptor in argv[1] when its
+#: entry point is about to be called (Python's own start-up, before it, is not ours)
+_STARTED = """
+import os
+import sys
+
+from scratchformer.__main__ import main
+
+os.write(int(sys.argv.pop(1)), b"x")
+sys.exit(main())
+"""
+
+#: seconds after the entry point starts at which Ctrl-C arrives: NumPy's import, the
+#: commands' imports, the configuration, drawing the data, the first steps, the end
+DELAYS = [0.001, 0.01, 0.03, 0.05, 0.08, 0.11, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7, 1.0, 1.5]
+
+
+@pytest.mark.parametrize("delay", DELAYS)
+def test_ctrl_c_at_any_moment_is_one_line_and_130(tmp_path, delay):
+    """A real SIGINT at a moment after the entry point starts: exit 130 and one line
+    (a run that is training first says it stops after the step in flight), or the
+    command ended first (exit 0); never a traceback."""
+    read, write = os.pipe()
+    argv = [sys.executable, "-c", _STARTED, str(write), "train", "--config", "reverse"]
+    argv += ["--steps", "3", "--no-progress", "--run-dir", str(tmp_path / "run"), "--no-test"]
+    p = subprocess.Popen(
+        argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        pass_fds=(write,),
+    )  # fmt: skip
+    os.close(write)
+    assert os.read(read, 1) == b"x"
+    os.close(read)
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("Ctrl-C: stopping")]
+    assert "Traceback" not in err, err
+    assert (p.returncode, len(lines)) in ((130, 1), (0, 0)), (p.returncode, err)
+    assert p.returncode == 0 or "stopped by Ctrl-C" in lines[0]
+
+
+@pytest.mark.parametrize("stream", ["stdin", "stdout"])
+def test_a_closed_standard_stream_is_named_in_one_line(tmp_path, tiny_checkpoint, stream):
+    """``translate <&-`` reads nothing: refused naming standard input; ``>&-`` leaves
+    nowhere to write: refused naming standard output (the shell's ``<&-``/``>&-`` close
+    the descriptor before the program starts)."""
+    fd = 0 if stream == "stdin" else 1
+    argv = [*_program(), "translate", "--checkpoint", str(tiny_checkpoint), "--greedy"]
+    p = subprocess.run(
+        argv,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL if fd == 1 else None,
+        stdout=subprocess.PIPE if fd == 0 else None,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(fd),
+    )
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    name = "standard input is closed (<&-)" if fd == 0 else "standard output is closed (>&-)"
+    assert name in lines[0]
 
 
 def test_the_package_and_its_program_load_nothing_before_the_command_line():

@@ -21,7 +21,15 @@ from task_data import corpus, write_monolingual, write_translation
 
 from scratchformer.cli import main
 from scratchformer.data.bible_pairs import ParallelDataError, read_pairs
-from scratchformer.data.text import CorpusError, load_labelled, load_lines
+from scratchformer.data.text import (
+    BYTES_PER_POSITION,
+    CorpusError,
+    LineLimit,
+    LineTooLongError,
+    iter_text_lines,
+    load_labelled,
+    load_lines,
+)
 from scratchformer.decode import translate
 from scratchformer.viz import PlotError, read_metrics
 
@@ -326,26 +334,102 @@ def test_a_bare_cr_stays_inside_its_line(case, reader):
         assert got.count("\n") == len(lines)
 
 
-@pytest.mark.parametrize(
-    "reader", ["translate-file", "translate-stdin", "tsv", "web", "genre", "metrics"]
-)
-def test_a_very_long_line_is_read_whole(case, reader):
-    """100,000 characters on one line: the readers of data keep it whole (translate
-    refuses it in one line, below)."""
+@pytest.mark.parametrize("reader", ["tsv", "web", "genre", "metrics"])
+def test_a_long_line_within_the_limit_is_read_whole(case, reader):
+    """100,000 characters (200 kB) on one line, under the 1 MiB a reader with no model
+    allows: the readers of data keep it whole."""
     lines, read, expect = READERS[reader]
-    if reader.startswith("translate"):
-        code, out, err = case.cli(
-            _translate_file(case, "-"), stdin=b"abc\n" + b"a" * 100_000 + b"\n"
-        )
-        limit = case.model.config.max_len
-        assert (code, out) == (2, "")
-        assert err == (
-            f"scratchformer translate: error: stdin: line 2 has 100000 tokens, more than the "
-            f"{limit} positions this model supports (config.max_len): split or shorten it\n"
-        )
-        return
     long = [lines[0], LONG[reader]]
     assert read(case, _encode(long, "lf")) == expect(case, long)
+
+
+def _too_long(name, lineno, limit):
+    return f"{name}: line {lineno} is longer than {limit:,} bytes ("
+
+
+@pytest.mark.parametrize("where", ["file", "stdin"])
+def test_translate_refuses_a_line_longer_than_its_model_reads(case, where):
+    """The model has ``max_len`` positions: a line of more than 64 bytes a position is
+    refused naming its number, before anything is decoded or written."""
+    limit = BYTES_PER_POSITION * case.model.config.max_len
+    data = b"abc\ncab\n" + b"a" * (limit + 1) + b"\nabc\n"
+    if where == "file":
+        (case.tmp / "src.txt").write_bytes(data)
+        code, out, err = case.cli(_translate_file(case, case.tmp / "src.txt"))
+        name = str(case.tmp / "src.txt")
+    else:
+        code, out, err = case.cli(_translate_file(case, "-"), stdin=data)
+        name = "stdin"
+    assert (code, out) == (2, "")
+    assert err.startswith("scratchformer translate: error: " + _too_long(name, 3, limit))
+    assert f"for each of the model's {case.model.config.max_len} positions" in err
+    assert err.count("\n") == 1
+
+
+def test_a_line_of_exactly_the_limit_is_read(case):
+    """The limit is inclusive: a line of ``64 * max_len`` bytes (plus its CRLF or LF
+    ending) passes the reader, and is refused by the tokens it makes, as any line longer
+    than the model is."""
+    limit = BYTES_PER_POSITION * case.model.config.max_len
+    code, out, err = case.cli(_translate_file(case, "-"), stdin=b"a" * limit + b"\n")
+    assert (code, out) == (2, "")
+    assert "stdin: line 1 has" in err and "positions this model supports" in err
+
+
+def test_dev_zero_and_a_file_without_line_breaks_are_refused_after_one_line(case):
+    """/dev/zero never ends a line: read at most one line's limit, then refused."""
+    argv = _translate_file(case, "/dev/zero")
+    code, out, err = case.cli(argv)
+    assert (code, out) == (2, "")
+    assert "/dev/zero: line 1 is longer than" in err and "not a text file?" in err
+
+
+class _Counting(io.RawIOBase):
+    """An endless line (``x`` forever) that counts the bytes it gives."""
+
+    def __init__(self):
+        self.given = 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        b[:] = b"x" * len(b)
+        self.given += len(b)
+        return len(b)
+
+
+@pytest.mark.parametrize("max_len", [None, 1, 256])
+def test_reading_an_endless_line_reads_no_more_than_the_limit(max_len):
+    """Memory stays that of one allowed line: the reader asks the stream for at most the
+    limit and one byte (plus one buffer of the stream's own) before refusing."""
+    raw = _Counting()
+    stream = io.BufferedReader(raw, buffer_size=8192)
+    limit = LineLimit(max_len)
+    with pytest.raises(LineTooLongError, match="line 1 is longer than"):
+        list(iter_text_lines(stream, "endless", limit))
+    assert raw.given <= limit.bytes + 1 + 8192
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["translate-train.tsv", "lm-dev.txt", "classify-test.tsv", "evaluate-test.tsv"],
+)
+def test_data_with_a_line_longer_than_the_model_reads_is_refused(case, kind):
+    """Training data and evaluate's split are bounded by the model's ``max_len`` (the
+    configured one: the tiny preset's 64 positions, 4 KiB; the checkpoint's)."""
+    command, _, fmt, argv = KINDS[kind]
+    path = _prepare(case, kind)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "evaluate-test.tsv":
+        for split in SPLITS:
+            (path.parent / f"{split}.tsv").write_bytes(_text(fmt, GOOD))
+    limit = BYTES_PER_POSITION * 64
+    path.write_bytes(_text(fmt, GOOD[:2]) + _text(fmt, ["b" * (limit + 1)]))
+    code, out, err = case.cli(argv(case, path))
+    assert code == 2, err
+    assert _too_long(str(path), 3, limit) in err and err.count("\n") == 1
+    assert "for each of the model's 64 positions" in err
 
 
 LONG = {

@@ -6,7 +6,8 @@ validation, checkpoints, averaging, exact resume, the time limit, threads). A ta
 
     Settings            the dataclass of its ``[task]`` section (every field required:
                         the defaults are in its shipped config, ``config``)
-    __init__(settings)  reads or makes the data and the tokenizer
+    __init__(settings, lines)  reads or makes the data and the tokenizer, no line of
+                        text longer than ``lines`` (``line_limit``)
     configure(model, seed) -> TransformerConfig      the ``[model]`` section resolved
     model_spec()           -> its model's class and arguments (``models.sizes``):
                            a Transformer, LanguageModel or EncoderClassifier
@@ -33,6 +34,7 @@ from typing import NamedTuple
 
 from scratchformer import backend
 from scratchformer.data.batching import fixed_batches
+from scratchformer.data.text import NO_MODEL, LineLimit
 from scratchformer.data.vocab import Vocab
 from scratchformer.errors import ConfigError, need, wrong_field_types
 from scratchformer.models import PRESETS, TransformerConfig
@@ -65,6 +67,21 @@ def check_decoding(s) -> None:
     need(math.isfinite(s.alpha) and s.alpha >= 0, f"task.alpha must be >= 0, got {s.alpha}")
 
 
+def line_limit(model: dict) -> LineLimit:
+    """The longest line a run's data files may hold (``data.text.LineLimit``): that of the
+    model its ``[model]`` section asks for (its ``max_len``, else its preset's, else
+    ``TransformerConfig``'s default); the limit without a model when the model is yet to
+    be chosen from the data (``preset = "data"``) or the setting is not a whole number
+    (refused when the model is configured)."""
+    preset = model.get("preset")
+    if preset == "data":
+        return NO_MODEL
+    default = PRESETS.get(preset, {}).get("max_len", TransformerConfig.max_len)
+    max_len = model.get("max_len", default)
+    ok = isinstance(max_len, int) and not isinstance(max_len, bool) and max_len >= 1
+    return LineLimit(max_len if ok else None)
+
+
 class Task:
     """Base class; see the module doc. Subclasses set ``Settings``, ``config``, ``kinds``
     (the ``[task] name`` values they serve) and implement the data-specific methods."""
@@ -74,8 +91,8 @@ class Task:
     kinds: tuple = ()
     target_pad: bool = True  # targets are padded with pad_id (False: one label per row)
 
-    def __init__(self, settings):
-        self.settings = settings
+    def __init__(self, settings, lines: LineLimit = NO_MODEL):
+        self.settings, self.lines = settings, lines
         self.name = settings.name
         self.tokenizer = None
         self.model_config: TransformerConfig | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scratchformer import backend
-from scratchformer.data.text import load_labelled, words
+from scratchformer.data.text import NO_MODEL, LineLimit, load_labelled, words
 from scratchformer.data.tokenizers import WhitespaceTokenizer
 from scratchformer.errors import ConfigError, need
 from scratchformer.train.tasks.base import Task, TaskBatch, check_settings, pad_rows
@@ -45,9 +45,9 @@ class ClassifyTask(Task):
     shown_valid = ("loss", "accuracy", "majority_baseline")
     shown_test = ("accuracy", "majority_baseline", "largest_class", "loss")
 
-    def __init__(self, settings: ClassifySettings):
-        super().__init__(settings)
-        rows = load_labelled(settings.data_dir)
+    def __init__(self, settings: ClassifySettings, lines: LineLimit = NO_MODEL):
+        super().__init__(settings, lines)
+        rows = load_labelled(settings.data_dir, lines)
         self.texts = {split: rows[f] for split, f in SPLIT_FILES.items()}
         train_words = [words(t) for _, t in self.texts["train"]]
         self.tokenizer = WhitespaceTokenizer.fit(

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from scratchformer import backend
-from scratchformer.data.text import load_lines
+from scratchformer.data.text import NO_MODEL, LineLimit, load_lines
 from scratchformer.data.tokenizers import CharTokenizer
 from scratchformer.decode.sample import generate
 from scratchformer.errors import need
@@ -47,10 +47,10 @@ class LMTask(Task):
     shown_valid = ("loss", "bpc", "ppl", "token_acc")
     shown_test = ("bpc", "ppl", "token_acc")
 
-    def __init__(self, settings: LMSettings):
-        super().__init__(settings)
-        lines = load_lines(settings.data_dir)
-        self.texts = {split: lines[f] for split, f in SPLIT_FILES.items()}
+    def __init__(self, settings: LMSettings, lines: LineLimit = NO_MODEL):
+        super().__init__(settings, lines)
+        texts = load_lines(settings.data_dir, lines)
+        self.texts = {split: texts[f] for split, f in SPLIT_FILES.items()}
         self.tokenizer = CharTokenizer.fit(self.texts["train"])
         self._examples = {}
 

@@ -18,6 +18,7 @@ from scratchformer import backend
 from scratchformer.bleu import ScoringError, corpus_scores
 from scratchformer.data.batching import collate, example_widths, fixed_batches
 from scratchformer.data.pairs import string_pairs, translation_pairs
+from scratchformer.data.text import NO_MODEL, LineLimit
 from scratchformer.errors import need
 from scratchformer.train.evaluation import decode_outputs
 from scratchformer.train.tasks import fit
@@ -169,8 +170,8 @@ class StringTask(Seq2SeqTask):
     config = "reverse"
     kinds = ("copy", "reverse", "sort")
 
-    def __init__(self, settings: StringSettings):
-        super().__init__(settings)
+    def __init__(self, settings: StringSettings, lines: LineLimit = NO_MODEL):
+        super().__init__(settings, lines)
         s = settings
         self.data = string_pairs(
             s.name,
@@ -195,10 +196,12 @@ class TranslateTask(Seq2SeqTask):
     min_len = 1  # a non-empty sentence never translates to nothing (fairseq's default)
     shown_test = ("bleu", "chrf", "token_acc", "ppl")
 
-    def __init__(self, settings: TranslateSettings):
-        super().__init__(settings)
+    def __init__(self, settings: TranslateSettings, lines: LineLimit = NO_MODEL):
+        super().__init__(settings, lines)
         s = settings
-        self.data = translation_pairs(s.data_dir, vocab_size=s.vocab_size, max_len=s.max_len)
+        self.data = translation_pairs(
+            s.data_dir, vocab_size=s.vocab_size, max_len=s.max_len, lines=lines
+        )
         self.tokenizer = self.data.tokenizer
         self.fitted = ""  # the model chosen from the data, in words ("": none was)
         self.oversized = ""  # a note when the model given is far larger than the data
