@@ -1,6 +1,6 @@
 """``scratchformer evaluate``: translate a split and score it with sacreBLEU.
 
-    scratchformer evaluate --checkpoint runs/bible-cpu/checkpoints/averaged.npz --split test
+    scratchformer evaluate --checkpoint runs/bible-cpu/checkpoints/final.npz --split test
     scratchformer evaluate --checkpoint ... --split dev --greedy --limit 200
     scratchformer evaluate --checkpoint ... --beam 4 --alpha 0.6 --output hyp.txt
 

@@ -1,7 +1,7 @@
 r"""``scratchformer generate``: sample text from a trained language model.
 
-    scratchformer generate --checkpoint runs/lm/checkpoints/averaged.npz
-    scratchformer generate --checkpoint runs/lm/checkpoints/averaged.npz --num 3 --seed 1 \
+    scratchformer generate --checkpoint runs/lm/checkpoints/final.npz
+    scratchformer generate --checkpoint runs/lm/checkpoints/final.npz --num 3 --seed 1 \
         --prompt "In the beginning" --temperature 0.8 --top-k 20
 
 Each sample starts with ``<bos>`` followed by the prompt, and continues until ``<eos>``

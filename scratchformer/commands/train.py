@@ -115,7 +115,7 @@ def add_parser(sub) -> None:
         "--overwrite",
         action="store_true",
         help="start afresh in a run directory that holds an earlier run (deleting only its "
-        "checkpoint_<step>.npz, averaged.npz, metrics.jsonl and config.json)",
+        "checkpoint_<step>.npz, averaged.npz, final.npz, metrics.jsonl and config.json)",
     )
     p.add_argument(
         "--no-progress",

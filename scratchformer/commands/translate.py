@@ -3,7 +3,7 @@
 Reads one sentence per line from ``--input`` (a file, or ``-`` for stdin, the default)
 and writes one line per input to ``--output`` (default stdout), in input order:
 
-    scratchformer translate --checkpoint runs/x/checkpoints/averaged.npz < src.txt > out.txt
+    scratchformer translate --checkpoint runs/x/checkpoints/final.npz < src.txt > out.txt
     scratchformer translate --checkpoint ... --beam 8 --alpha 1.0 --nbest 4 --input src.txt
 
 With ``--nbest N > 1`` (or ``--scores``) each input gives N tab-separated lines:
@@ -56,7 +56,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--checkpoint",
         required=True,
-        help="a run's checkpoint: runs/<name>/checkpoints/averaged.npz (or checkpoint_<step>.npz)",
+        help="a run's final model: runs/<name>/checkpoints/final.npz (or checkpoint_<step>.npz)",
     )
     p.add_argument("--input", default="-", help="source sentences, one per line (- = stdin)")
     p.add_argument("--output", default="-", help="where to write (- = stdout)")

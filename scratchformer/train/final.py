@@ -1,33 +1,110 @@
-"""The end of a run: the paper's checkpoint averaging, then the test set judged by the
-last checkpoint and by the average, as the task is used (decoded, sampled or
-classified); and the progress display of a long stage."""
+"""The end of a run: the paper's checkpoint averaging, the final model chosen between
+the average and the last checkpoint on the validation set, then the test set judged by
+both, as the task is used (decoded, sampled or classified); and the progress display of
+a long stage.
+
+The average takes the newest ``train.average_last`` checkpoints saved in the last
+``AVERAGE_SPAN`` (20%) of the run's steps: the paper averages the last checkpoints of a
+converged run, and checkpoints from early in a short run pull the average back towards
+a worse model (a 1,000-step reverse run: 55% exact match averaged over its whole length,
+79% for the last checkpoint). Whichever of the average and the last checkpoint has the
+lower validation cross-entropy (``nll``, the loss without label smoothing; the average
+on a tie) is the final model, ``checkpoints/final.npz``, the file every command and doc
+names; its metadata and the run's report say which it is and show both scores."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from scratchformer.checkpoint import average_checkpoints, list_checkpoints, save_checkpoint
 from scratchformer.progress import Ticker, progress_bar
 from scratchformer.train import report
+from scratchformer.train.rundir import AVERAGED_NAME, FINAL_NAME
+
+#: the share of a run's steps, at its end, whose checkpoints the final average takes
+AVERAGE_SPAN = 0.2
+
+
+def averaging_window(found: list, last: int, step: int) -> list:
+    """The ``(step, path)`` of ``found`` the final average takes: the newest ``last`` of
+    those saved after ``(1 - AVERAGE_SPAN) * step`` (the last checkpoint always)."""
+    recent = [(s, p) for s, p in found if s > (1 - AVERAGE_SPAN) * step]
+    return (recent or found[-1:])[-last:] if last >= 1 else []
 
 
 def average_model(task, config, ckpt_dir: Path, last: int, step: int, meta: dict):
-    """The paper's checkpoint averaging: the mean of the newest ``last`` checkpoints of
-    ``ckpt_dir`` (or of all there are, if fewer), saved as averaged.npz with ``meta``
-    (and the files averaged), the run's final model: ``task``'s model for ``config``.
-    Returns ``(model, steps, path)``; the model is None when it is the last checkpoint
-    alone (nothing to compare), and everything None with averaging off (``last`` 0)."""
+    """The paper's checkpoint averaging: the mean of the checkpoints of ``ckpt_dir`` in
+    the ``averaging_window``, saved as averaged.npz with ``meta`` (and the files
+    averaged): ``task``'s model for ``config``. Returns ``(model, steps, path)``;
+    ``(None, [], None)`` when the window holds the last checkpoint alone (nothing to
+    average; an averaged.npz of an earlier ending of the run is removed) or averaging is
+    off (``last`` 0)."""
     found = list_checkpoints(ckpt_dir) if ckpt_dir.is_dir() else []
-    if last < 1 or not found:
+    window = averaging_window(found, last, step)
+    if len(window) < 2:
+        (ckpt_dir / AVERAGED_NAME).unlink(missing_ok=True)
         return None, [], None
-    paths = [p for _, p in found[-last:]]
+    paths = [p for _, p in window]
     model = task.build_model(config)
     model.load_state_dict(average_checkpoints(paths))
     meta = {**meta, "averaged_from": [p.name for p in paths]}
-    out = save_checkpoint(ckpt_dir / "averaged.npz", model, step=step, meta=meta)
-    return (model if len(paths) > 1 else None), [s for s, _ in found[-last:]], out
+    out = save_checkpoint(ckpt_dir / AVERAGED_NAME, model, step=step, meta=meta)
+    return model, [s for s, _ in window], out
+
+
+@dataclass
+class Final:
+    """The final model of a run: "averaged" or "last", the validation cross-entropy of
+    each candidate judged, and its file (rank 0's; None elsewhere)."""
+
+    which: str = "last"
+    nll: dict = field(default_factory=dict)
+    path: Path | None = None
+
+    def describe(self) -> str:
+        """``the averaged model (validation nll 0.5851; last checkpoint 0.5903)``."""
+        name = {"averaged": "the averaged model", "last": "the last checkpoint"}[self.which]
+        other = "last" if self.which == "averaged" else "averaged"
+        scores = f"validation nll {self.nll[self.which]:.4f}" if self.which in self.nll else ""
+        if other in self.nll:
+            label = "last checkpoint" if other == "last" else "averaged"
+            scores += f"; {label} {self.nll[other]:.4f}"
+        return f"{name} ({scores})" if scores else name
+
+
+def choose_final(task, model, averaged, *, step: int, train, valid: list, meta: dict,
+                 ckpt_dir: Path, world=None) -> Final:  # fmt: skip
+    """The final model: the averaged one of ``averaged`` (``average_model``'s result) or
+    the last checkpoint's ``model``, whichever has the lower validation cross-entropy
+    (the average on a tie), judged by rank 0 as validation is (``train.eval_limit``
+    examples; the last checkpoint's score is its validation record at ``step`` in
+    ``valid`` when there is one), saved as ``final.npz`` with ``meta`` and the choice.
+    Every rank of ``world`` returns the choice."""
+    avg_model, avg_steps, _ = averaged
+    chosen = Final()
+    if world is None or world.main:
+
+        def nll(m):
+            return task.evaluate(m, "valid", train.max_tokens, train.eval_limit)["nll"]
+
+        at_end = [r for r in valid if r.get("step") == step and "nll" in r]
+        chosen.nll["last"] = at_end[-1]["nll"] if at_end else nll(model)
+        if avg_model is not None:
+            chosen.nll["averaged"] = nll(avg_model)
+            if chosen.nll["averaged"] <= chosen.nll["last"]:
+                chosen.which = "averaged"
+        best = avg_model if chosen.which == "averaged" else model
+        record = {"model": chosen.which, "valid_nll": chosen.nll}
+        if chosen.which == "averaged":
+            record["averaged_steps"] = avg_steps
+        chosen.path = save_checkpoint(
+            ckpt_dir / FINAL_NAME, best, step=step, meta={**meta, "final": record}
+        )
+    if world is not None and world.size > 1:
+        chosen.which, chosen.nll = world.broadcast((chosen.which, chosen.nll))
+    return chosen
 
 
 def shared_average(averaged, world, task, config):
@@ -44,15 +121,18 @@ def shared_average(averaged, world, task, config):
     return model, steps, path
 
 
-def final_evaluation(task, model, averaged, *, step: int, train, seed: int, show, log, world=None):
+def final_evaluation(
+    task, model, averaged, chosen: Final, *, step: int, train, seed: int, show, log, world=None
+):
     """Judge the test set with the last checkpoint's ``model`` and the averaged one of
     ``averaged`` (``average_model``'s result); print the final model's examples.
-    ``train``: the run's ``[train]`` settings; ``show``: a ``Show`` (how stages and lines
-    are shown); ``log``: writes a record to the metrics log; ``world``: the ranks that
-    judge together (every rank calls this; rank 0 shows and logs what the others get too).
+    ``chosen``: which is the final model (``choose_final``); ``train``: the run's
+    ``[train]`` settings; ``show``: a ``Show`` (how stages and lines are shown); ``log``:
+    writes a record to the metrics log; ``world``: the ranks that judge together (every
+    rank calls this; rank 0 shows and logs what the others get too).
 
-    Returns ``(metrics of the final model, its examples)``; the final model is the
-    averaged one when there is one. With ``train.test`` off nothing is judged.
+    Returns ``(metrics of the final model, its examples)``. With ``train.test`` off
+    nothing is judged.
     """
     avg_model, avg_steps, _ = averaged
     if not train.test:
@@ -67,24 +147,55 @@ def final_evaluation(task, model, averaged, *, step: int, train, seed: int, show
         )
 
     show.echo(f"\ntest set: {task.sizes()['test']} examples never seen in training")
-    m_last, examples = judge(model, "last checkpoint")
-    m = m_last
-    rows = [(f"last checkpoint (step {step})", m_last)]
-    log({"kind": "test", "step": step, "model": "last", **m_last})
+    m, examples = judge(model, "last checkpoint")
+    final = {"last": (m, examples)}
+    rows = [("last", f"last checkpoint (step {step})", m)]
+    log({"kind": "test", "step": step, "model": "last", "final": chosen.which == "last", **m})
     if avg_model is not None:
-        m, examples = judge(avg_model, "averaged model")
-        log({"kind": "test", "step": step, "model": "averaged", **m})
+        m_avg, ex_avg = judge(avg_model, "averaged model")
+        final["averaged"] = (m_avg, ex_avg)
+        log(
+            {"kind": "test", "step": step, "model": "averaged",
+             "final": chosen.which == "averaged", **m_avg}
+        )  # fmt: skip
         steps = ", ".join(map(str, avg_steps))
-        rows.append((f"average of the last {len(avg_steps)} checkpoints ({steps})", m))
+        rows.append(("averaged", f"average of {len(avg_steps)} checkpoints ({steps})", m_avg))
+    m, examples = final[chosen.which]
     for ex in examples:
         show.echo(task.format_example(ex))
-    for label, mm in rows:
-        show.echo(f"  {label}: {report.metrics_text(mm, task.shown_test)}")
+    for which, label, mm in rows:
+        mark = "  <- the final model" if which == chosen.which else ""
+        show.echo(f"  {label}: {report.metrics_text(mm, task.shown_test)}{mark}")
     if "bleu_signature" in m:
         show.echo(f"  sacreBLEU signature: {m['bleu_signature']}")
     if "bleu_missing" in m:
         show.echo(f"  (no BLEU: {m['bleu_missing']})")
     return m, examples
+
+
+def finish(trainer, valid: list):
+    """The end of ``trainer``'s run, on every rank: the average (rank 0 writes it, the
+    others receive it), the final model chosen and written, the test set judged.
+    Returns ``(test metrics, examples, averaged.npz's path, the Final)``."""
+    t, w = trainer.cfg.train, trainer.world
+    average = shared_average(
+        average_model(
+            trainer.task, trainer.model_config, trainer.ckpt_dir, t.average_last,
+            trainer.step, trainer.meta(),
+        ) if w.main else None,
+        w, trainer.task, trainer.model_config,
+    )  # fmt: skip
+    chosen = choose_final(
+        trainer.task, trainer.model, average, step=trainer.step, train=t, valid=valid,
+        meta=trainer.meta(), ckpt_dir=trainer.ckpt_dir, world=w,
+    )  # fmt: skip
+    trainer.echo(f"final model: {chosen.describe()}")
+    test, examples = final_evaluation(
+        trainer.task, trainer.model, average, chosen, step=trainer.step, train=t,
+        seed=trainer.cfg.seed, show=Show(trainer.progress, trainer.echo), log=trainer.log,
+        world=w,
+    )  # fmt: skip
+    return test, examples, (average[2], average[1]), chosen
 
 
 @dataclass

@@ -36,7 +36,10 @@ Outputs in the run directory (``runs/<name>`` by default):
     metrics.jsonl               one JSON object per line: "train", "valid", "test" records
     checkpoints/checkpoint_<step>.npz    every ``checkpoint_every`` steps and at the end
                                 (the newest ``keep_checkpoints``, >= ``average_last``)
-    checkpoints/averaged.npz    the mean of the last ``average_last`` checkpoints
+    checkpoints/averaged.npz    the mean of the last ``average_last`` checkpoints (of the
+                                last 20% of the steps)
+    checkpoints/final.npz       the final model: the average or the last checkpoint,
+                                whichever scores better on the validation set
 
 The end of a run judges the test set as the task is used (decoded, sampled or
 classified), with the last checkpoint and with the average of the last
@@ -346,22 +349,9 @@ class Trainer:
         # rank 0 alone reads the directory; the others are told what it holds
         kept = [p for _, p in list_checkpoints(self.ckpt_dir)] if self.world.main else None
         kept = self.world.broadcast(kept)
-        test, examples, averaged = None, [], None
+        test, examples, averaged, chosen = None, [], (None, []), None
         if final_eval:  # every rank judges: the ranks share the test set's decoding
-            w = self.world
-            average = final.shared_average(
-                final.average_model(
-                    self.task, self.model_config, self.ckpt_dir, cfg.train.average_last,
-                    self.step, self.meta(),
-                ) if w.main else None,
-                w, self.task, self.model_config,
-            )  # fmt: skip
-            test, examples = final.final_evaluation(
-                self.task, self.model, average, step=self.step, train=cfg.train,
-                seed=cfg.seed, show=final.Show(self.progress, self.echo), log=self.log,
-                world=w,
-            )  # fmt: skip
-            averaged = average[2]
+            test, examples, averaged, chosen = final.finish(self, valid)
         elapsed = time.perf_counter() - t_start
         # tokens/s of the steps alone: validation and saving are left out
         speed = self.tokens_seen_here / max(train_seconds - self.aside_seconds, 1e-9)
@@ -369,9 +359,10 @@ class Trainer:
             f"done: step {self.step}, {self.step - first} steps in {clock(train_seconds)} "
             f"({speed:,.0f} tokens/s), {clock(elapsed)} with evaluation"
         )
-        for line in report.files_written(self.run_dir, kept, averaged):
+        for line in report.files_written(self.run_dir, kept, averaged, chosen):
             self.echo(line)
         files = [self.run_dir / "config.json", self.metrics_path, *kept]
+        files += [chosen.path] if chosen is not None and chosen.path is not None else []
         return TrainResult(
             step=self.step,
             losses=losses,
@@ -382,7 +373,7 @@ class Trainer:
             run_dir=self.run_dir,
             elapsed=elapsed,
             stopped=stopped,
-            files=files + ([averaged] if averaged else []),
+            files=files + ([averaged[0]] if averaged[0] else []),
         )
 
     def _loop(self, t_start: float):

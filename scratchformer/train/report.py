@@ -33,7 +33,7 @@ class TrainResult:
     step: int  # optimizer steps done in total
     losses: list  # [(step, training loss)] of the steps run in this call
     valid: list  # validation records of this call
-    test: dict | None  # test metrics of the final model (averaged when average_last > 1)
+    test: dict | None  # test metrics of the final model (checkpoints/final.npz)
     examples: list  # the final model's test examples (task-specific tuples or texts)
     checkpoint: Path | None  # the last checkpoint written
     run_dir: Path
@@ -160,8 +160,11 @@ def precision_note(t) -> list[str]:
     ]
 
 
-def files_written(run_dir: Path, checkpoints: list, averaged: Path | None) -> list[str]:
-    """The closing list of every file of the run directory this run wrote or kept."""
+def files_written(run_dir: Path, checkpoints: list, averaged: tuple, final=None) -> list[str]:
+    """The closing list of every file of the run directory this run wrote or kept;
+    ``averaged``: ``(path, steps)`` of the average (path None: none was made); ``final``:
+    the run's ``train.final.Final`` (None: not chosen, the run judged nothing at its
+    end)."""
     lines = [f"files in {run_dir}:", "  config.json        the resolved configuration"]
     lines.append("  metrics.jsonl      one JSON record per log line, validation and test")
     if checkpoints:
@@ -171,10 +174,16 @@ def files_written(run_dir: Path, checkpoints: list, averaged: Path | None) -> li
             f"  checkpoints/{shown}  ({len(names)} kept: parameters, Adam's moments, the "
             "position in the data, for --resume)"
         )
-    if averaged is not None:
+    path, steps = averaged
+    if path is not None:
         lines.append(
-            f"  checkpoints/{averaged.name}  the final model: the average of the last "
-            "checkpoints (parameters only)"
+            f"  checkpoints/{path.name}  the average of the checkpoints of steps "
+            f"{', '.join(map(str, steps))} (parameters only)"
+        )
+    if final is not None and final.path is not None:
+        lines.append(
+            f"  checkpoints/{final.path.name}     the final model: {final.describe()} "
+            "(parameters only; translate, evaluate and generate take it)"
         )
     return lines
 

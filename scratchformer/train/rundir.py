@@ -3,7 +3,7 @@ one, a resumed run drops what it abandons, the metrics log keeps the records up 
 a run resumes, and what a killed run left half-written is cleared away.
 
     runs/<name>/config.json, metrics.jsonl, checkpoints/checkpoint_<step>.npz,
-    checkpoints/averaged.npz, .lock
+    checkpoints/averaged.npz, checkpoints/final.npz, .lock
 
 These files are the run's own: ``--overwrite`` deletes them and nothing else, so a file
 the user put in the directory (notes, a copied checkpoint under another name) stays.
@@ -35,13 +35,16 @@ LOCK_NAME = ".lock"
 CONFIG_NAME = "config.json"
 METRICS_NAME = "metrics.jsonl"
 AVERAGED_NAME = "averaged.npz"
+FINAL_NAME = "final.npz"  # the final model (train.final): the average or the last checkpoint
 #: the sections of a run's config.json (``TrainConfig.to_dict``)
 RUN_CONFIG_KEYS = {"name", "seed", "task", "model", "optim", "train"}
 
 #: the temporary files of the run's atomic writes: ``.<file name>.<12 hex digits>.tmp``
 TEMPORARY_RE = {
     ".": re.compile(r"^\.(config\.json|metrics\.jsonl)\.[0-9a-f]{12}\.tmp$"),
-    "checkpoints": re.compile(r"^\.(checkpoint_\d+\.npz|averaged\.npz)\.[0-9a-f]{12}\.tmp$"),
+    "checkpoints": re.compile(
+        r"^\.(checkpoint_\d+\.npz|averaged\.npz|final\.npz)\.[0-9a-f]{12}\.tmp$"
+    ),
 }
 
 
@@ -205,7 +208,8 @@ def refuse_links_out(run_dir: Path) -> None:
     ckpt_dir = run_dir / "checkpoints"
     names = [run_dir / CONFIG_NAME, run_dir / METRICS_NAME, ckpt_dir]
     if ckpt_dir.is_dir() and writer.inside(ckpt_dir, run_dir):
-        names += [p for _, p in list_checkpoints(ckpt_dir)] + [ckpt_dir / AVERAGED_NAME]
+        names += [p for _, p in list_checkpoints(ckpt_dir)]
+        names += [ckpt_dir / AVERAGED_NAME, ckpt_dir / FINAL_NAME]
     for p in names:
         if p.is_symlink() and not writer.inside(p, run_dir):
             raise ConfigError(
@@ -220,7 +224,12 @@ def earlier_run(run_dir: Path) -> list[Path]:
     model, metrics log and configuration, the ones present."""
     ckpt_dir = run_dir / "checkpoints"
     found = [p for _, p in list_checkpoints(ckpt_dir)] if ckpt_dir.is_dir() else []
-    named = (ckpt_dir / AVERAGED_NAME, run_dir / METRICS_NAME, run_dir / CONFIG_NAME)
+    named = (
+        ckpt_dir / AVERAGED_NAME,
+        ckpt_dir / FINAL_NAME,
+        run_dir / METRICS_NAME,
+        run_dir / CONFIG_NAME,
+    )
     return found + [p for p in named if p.is_file()]
 
 
@@ -238,7 +247,8 @@ def is_run_dir(d: Path) -> bool:
 
 def run_file(path: Path) -> str:
     """What ``path`` is to a run, when a run owns it: "the configuration", "the metrics
-    log", "the lock", "a checkpoint", "the averaged model"; '' otherwise."""
+    log", "the lock", "a checkpoint", "the averaged model", "the final model"; ''
+    otherwise."""
     path = Path(path)
     d = path.parent
     if path.name in (CONFIG_NAME, METRICS_NAME, LOCK_NAME) and is_run_dir(d):
@@ -255,6 +265,8 @@ def run_file(path: Path) -> str:
             return "a checkpoint"
         if path.name == AVERAGED_NAME:
             return "the averaged model"
+        if path.name == FINAL_NAME:
+            return "the final model"
     return ""
 
 
@@ -339,8 +351,9 @@ def drop_later_checkpoints(ckpt_dir: Path, step: int, overwrite: bool) -> None:
         )
     for _, p in later:
         p.unlink()
-    if later:
-        (ckpt_dir / "averaged.npz").unlink(missing_ok=True)
+    if later:  # the average and the final model were made of them
+        (ckpt_dir / AVERAGED_NAME).unlink(missing_ok=True)
+        (ckpt_dir / FINAL_NAME).unlink(missing_ok=True)
 
 
 def append_record(path: Path, record: dict) -> None:

@@ -19,7 +19,7 @@ def tiny_checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def lm_checkpoint(tmp_path_factory):
-    """``averaged.npz`` of a few-step language model on three verses (``generate``'s)."""
+    """``final.npz`` of a few-step language model on three verses (``generate``'s)."""
     from task_data import write_monolingual
 
     root = tmp_path_factory.mktemp("lm")
@@ -28,7 +28,7 @@ def lm_checkpoint(tmp_path_factory):
     argv += ["--set", "model.preset=tiny"]
     argv += ["--run-dir", str(root / "run"), "--steps", "4", "--no-progress", "--no-test"]
     assert cli_main(argv) == 0
-    return root / "run" / "checkpoints" / "averaged.npz"
+    return root / "run" / "checkpoints" / "final.npz"
 
 
 @pytest.fixture(scope="session")
@@ -64,11 +64,14 @@ def refused(capsys):
 
 @pytest.fixture(scope="session")
 def reverse_model(tmp_path_factory):
-    """A tiny reverse model trained a few dozen steps: ``(checkpoint, model, tokenizer)``."""
+    """A tiny reverse model trained a few dozen steps: ``(checkpoint, model, tokenizer)``.
+    Checkpoints every 10 steps, so that the run has an average (of steps 50 and 60, the
+    last 20%) beside its final model."""
     from scratchformer.checkpoint import load_with_tokenizer
 
     run = tmp_path_factory.mktemp("reverse") / "run"
-    assert cli_main(["train", *TINY_RUN, "--run-dir", str(run), "--steps", "60", "--no-test"]) == 0
-    ckpt = run / "checkpoints" / "averaged.npz"
+    argv = ["train", *TINY_RUN, "--run-dir", str(run), "--steps", "60", "--no-test"]
+    assert cli_main([*argv, "--checkpoint-every", "10"]) == 0
+    ckpt = run / "checkpoints" / "final.npz"
     loaded, tok = load_with_tokenizer(ckpt)
     return ckpt, loaded.model, tok

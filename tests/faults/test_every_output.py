@@ -146,7 +146,7 @@ class Place:
 
     @property
     def ckpt(self) -> Path:
-        return self.run / "checkpoints" / "averaged.npz"
+        return self.run / "checkpoints" / "final.npz"
 
     @property
     def checkpoints(self) -> list[Path]:
@@ -314,7 +314,10 @@ def average_foreign(p: Place):
 
 def average_default_linked_out(p: Place):
     """``average DIR``: its default output DIR/averaged.npz is a link out of the run."""
-    out = p.moved_out(p.ckpt)
+    target = p.elsewhere / "averaged.npz"
+    shutil.copy(p.ckpt, target)  # a model of the user's, kept outside
+    (p.run / "checkpoints" / "averaged.npz").unlink(missing_ok=True)
+    out = p.symlink(p.run / "checkpoints" / "averaged.npz", target)
     return ["average", str(p.run / "checkpoints"), "--last", "1"], [f"-o {out} exists", "link"]
 
 

@@ -8,13 +8,13 @@ A real ``python -m scratchformer train`` process is killed with SIGKILL
   installed at the process's start (``save="<point>:<file name>"``): with the temporary file created
   but empty (``before-write``), written but not renamed (``after-write``), and renamed
   into place before the run pruned its old checkpoints (``after-replace``); at a
-  checkpoint a few steps on, and at the final averaged model.
+  checkpoint a few steps on, at the final averaged model and at the final model.
 
 After each kill every checkpoint in the directory still loads, and the next run starts
 from the newest one (``--resume``), or afresh with ``--overwrite`` when the kill came
 before the first checkpoint. It removes the temporary file a killed save left, saying
 so. At the end, the parameters, Adam's moments and step count, the data position and
-the averaged model (every array of every kept checkpoint, compared with
+the averaged and final models (every array of every kept checkpoint, compared with
 ``np.array_equal``), the list of files, and the metrics log's train, validation and
 test records (timings aside) equal those of one uninterrupted run of the same config.
 
@@ -44,7 +44,7 @@ EVERY = 5  # steps between checkpoints
 #: one BLAS thread: the tests share two cores with each other
 ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 SEGMENT_LIMIT = 120  # seconds one process may take before the test gives up on it
-TEMPORARY = re.compile(r"^\.(checkpoint_\d+|averaged)\.npz\.[0-9a-f]{12}\.tmp$")
+TEMPORARY = re.compile(r"^\.(checkpoint_\d+|averaged|final)\.npz\.[0-9a-f]{12}\.tmp$")
 
 
 def write_config(root: Path, task: str, steps: int) -> Path:
@@ -126,7 +126,7 @@ class KilledRun:
         p, files = self.start(f"{point}:{name}")
         marker = f"fault point {point}: "
         self.wait_for(p, lambda: marker in self.text("err.txt"))
-        which = "averaged.npz" if name == "averaged.npz" else "a checkpoint"
+        which = name if name in ("averaged.npz", "final.npz") else "a checkpoint"
         self.kill(p, files, f"inside the save of {which}, {point}")
         target = self.ckpts / name
         temporaries = [q.name for q in self.ckpts.iterdir() if TEMPORARY.match(q.name)]
@@ -140,8 +140,9 @@ class KilledRun:
         """Whatever the kill interrupted, every checkpoint under its real name loads."""
         for _, path in list_checkpoints(self.ckpts) if self.ckpts.is_dir() else []:
             load_checkpoint(path)
-        if (self.ckpts / "averaged.npz").exists():
-            load_checkpoint(self.ckpts / "averaged.npz")
+        for name in ("averaged.npz", "final.npz"):
+            if (self.ckpts / name).exists():
+                load_checkpoint(self.ckpts / name)
 
     def finish(self) -> None:
         """Resume with no fault until the run ends."""
@@ -182,14 +183,15 @@ def timing(key: str) -> bool:
 
 def assert_same_run(killed: Path, reference: Path) -> None:
     """Bit-identical checkpoints (parameters, Adam's m, v and t, the data position and
-    the window of the next record), averaged model, file list and metrics records."""
+    the window of the next record), averaged and final models, file list and metrics
+    records."""
 
     def files(run):
         return sorted(str(p.relative_to(run)) for p in run.rglob("*"))
 
     assert files(killed) == files(reference)
     names = [p.name for p in sorted((reference / "checkpoints").iterdir())]
-    assert "averaged.npz" in names and len(names) == 5  # 4 kept + the average
+    assert {"averaged.npz", "final.npz"} <= set(names) and len(names) == 6  # 4 kept + 2
     for name in names:
         a, ha = arrays_and_header(killed / "checkpoints" / name)
         b, hb = arrays_and_header(reference / "checkpoints" / name)
@@ -197,7 +199,7 @@ def assert_same_run(killed: Path, reference: Path) -> None:
         for k in b:
             assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), f"{name}: {k}"
         assert ha == hb, name
-        if name != "averaged.npz":
+        if name not in ("averaged.npz", "final.npz"):
             assert any(k.startswith("optim/m/") for k in b) and hb["optimizer"]["t"] > 0
     ours, theirs = records(killed), records(reference)
     assert [r for r in ours if r["kind"] == "train"] == [r for r in theirs if r["kind"] == "train"]
@@ -205,12 +207,12 @@ def assert_same_run(killed: Path, reference: Path) -> None:
 
 
 #: task, steps, random kills (of which from the start), kills inside checkpoint saves
-#: per point, kills inside the averaged model's save per point (then also one after the
-#: last checkpoint is renamed into place, before the old ones are pruned)
+#: per point, kills inside the averaged and the final model's saves per point (then also
+#: one after the last checkpoint is renamed into place, before the old ones are pruned)
 PLANS = [
-    pytest.param("reverse", 2000, 15, 3, 2, 1, id="reverse-25-kills"),
-    pytest.param("lm", 400, 3, 1, 1, 1, id="lm-10-kills"),
-    pytest.param("classify", 400, 3, 1, 1, 1, id="classify-10-kills"),
+    pytest.param("reverse", 2000, 15, 3, 2, 1, id="reverse-28-kills"),
+    pytest.param("lm", 400, 3, 1, 1, 1, id="lm-13-kills"),
+    pytest.param("classify", 400, 3, 1, 1, 1, id="classify-13-kills"),
 ]
 POINTS = ("before-write", "after-write", "after-replace")
 
@@ -233,7 +235,12 @@ def test_kill_9_anywhere_then_resume_ends_as_an_uninterrupted_run(
     rng.shuffle(plan)
     if per_avg_point:  # the last checkpoint in place, the older ones not yet pruned
         plan.append(("save", "after-replace", f"checkpoint_{steps}.npz"))
-    plan += [("save", point, "averaged.npz") for point in POINTS for _ in range(per_avg_point)]
+    plan += [
+        ("save", point, name)
+        for name in ("averaged.npz", "final.npz")
+        for point in POINTS
+        for _ in range(per_avg_point)
+    ]
     run = KilledRun(tmp_path / "killed", config)
     for kind, arg, name in plan:
         orphans = run.temporaries()

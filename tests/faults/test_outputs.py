@@ -40,12 +40,12 @@ def run(reverse_model, tmp_path):
 
 
 def translate(run, *argv):
-    ckpt = run / "checkpoints" / "averaged.npz"
+    ckpt = run / "checkpoints" / "final.npz"
     return ["translate", "--checkpoint", str(ckpt), "--input", str(run.parent / "src.txt"), *argv]
 
 
 def test_translate_never_writes_over_its_checkpoint(run, refused):
-    ckpt = run / "checkpoints" / "averaged.npz"
+    ckpt = run / "checkpoints" / "final.npz"
     before = checksums(run.parent)
     refused(translate(run, "--output", str(ckpt)), f"--output {ckpt} is the --checkpoint file")
     refused(
@@ -88,7 +88,7 @@ def test_standard_output_redirected_to_standard_input_is_refused(run, mode):
     ``> src.txt`` leaves nothing to read (the shell emptied the file): each says which."""
     src = run.parent / "src.txt"
     argv = [sys.executable, "-m", "scratchformer", "translate", "--no-progress"]
-    argv += ["--checkpoint", str(run / "checkpoints" / "averaged.npz")]
+    argv += ["--checkpoint", str(run / "checkpoints" / "final.npz")]
     before = checksums(run)
     with open(src, "rb") as source, open(src, mode) as out:
         p = subprocess.run(argv, stdin=source, stdout=out, stderr=subprocess.PIPE, text=True)
@@ -107,7 +107,7 @@ def test_standard_output_redirected_to_standard_input_is_refused(run, mode):
 def test_an_output_that_is_no_regular_file_is_never_taken_for_an_input(run):
     """/dev/null (and a terminal) can be standard input and output, or --input and
     --output, at once: writing it destroys nothing, so nothing is refused."""
-    ckpt = str(run / "checkpoints" / "averaged.npz")
+    ckpt = str(run / "checkpoints" / "final.npz")
     argv = [sys.executable, "-m", "scratchformer", "translate", "--checkpoint", ckpt]
     for extra, stdin, stdout in [
         (["--input", os.devnull], subprocess.DEVNULL, subprocess.DEVNULL),

@@ -196,7 +196,7 @@ def test_translation_memory_does_not_grow_with_the_input(tmp_path, capsys):
     run = tmp_path / "run"
     argv = ["train", "--steps", "300", "--run-dir", run, "--no-progress", "--no-test"]
     assert main([str(a) for a in argv]) == 0
-    ckpt = run / "checkpoints" / "averaged.npz"
+    ckpt = run / "checkpoints" / "final.npz"
     sources = reverse_lines(200_000, seed=5)
     small, big = tmp_path / "20k.txt", tmp_path / "200k.txt"
     small.write_text("".join(s + "\n" for s in sources[:20_000]), encoding="utf-8")

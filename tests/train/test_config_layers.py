@@ -8,6 +8,7 @@ import pytest
 from scratchformer.commands.train import add_parser, resolve_config
 from scratchformer.train import TASKS, ConfigError, TrainConfig, shipped_names
 from scratchformer.train.config import build, read_config
+from scratchformer.train.final import averaging_window
 from scratchformer.train.resume import resume_changes
 
 
@@ -28,6 +29,16 @@ def test_the_default_run_is_reverse_toml_over_the_defaults():
 def test_every_shipped_config_is_complete_and_valid(name):
     cfg = TrainConfig.load(name)
     assert cfg.task.name in TASKS and cfg.name == name and not cfg.notes
+
+
+@pytest.mark.parametrize("name", [n for n in shipped_names() if n != "defaults"])
+def test_every_shipped_config_averages_as_many_checkpoints_as_it_asks(name):
+    """The average takes checkpoints of the last 20% of the steps only: a config whose
+    checkpoints are too far apart would average fewer than its ``average_last``."""
+    t = TrainConfig.load(name).train
+    saved = [(s, None) for s in range(t.checkpoint_every, t.steps, t.checkpoint_every)]
+    window = averaging_window([*saved, (t.steps, None)], t.average_last, t.steps)
+    assert len(window) == t.average_last
 
 
 def _flat(d, prefix=""):

@@ -137,18 +137,24 @@ def test_every_task_runs_from_the_same_command_with_the_same_output(task, tmp_pa
         "step 3/6 | valid | loss"
     )
     assert any(line.startswith("test set: ") for line in out)
-    assert any(line.startswith("  last checkpoint (step 6): ") for line in out)
-    assert any(line.startswith("  average of the last 2 checkpoints (3, 6): ") for line in out)
+    # checkpoints at steps 3 and 6: only step 6 lies in the last 20% of the run, so
+    # there is nothing to average and the last checkpoint is the final model
+    assert any(line.startswith("final model: the last checkpoint (validation nll ") for line in out)
+    assert any(
+        line.startswith("  last checkpoint (step 6): ") and line.endswith("<- the final model")
+        for line in out
+    )
+    assert not any(line.startswith("  average of ") for line in out)
     assert any(line.startswith("done: step 6, 6 steps in ") for line in out)
     files = out[out.index(f"files in {tmp_path / 'run'}:") :]
     for name in (
         "config.json",
         "metrics.jsonl",
         "checkpoint_3.npz ... checkpoint_6.npz",
-        "averaged.npz",
+        "final.npz     the final model: the last checkpoint",
     ):
         assert any(name in line for line in files), name
-    for f in ("config.json", "metrics.jsonl", "checkpoints/averaged.npz"):
+    for f in ("config.json", "metrics.jsonl", "checkpoints/final.npz"):
         assert (tmp_path / "run" / f).is_file()
 
 

@@ -57,7 +57,7 @@ def test_classifier_reports_accuracy_beside_the_majority_baseline(tmp_path):
     labels = [lab for lab, _ in load_labelled(tmp_path / "data" / "genre")["test"]]
     share = max(labels.count(lab) for lab in set(labels)) / len(labels)
     assert t["largest_class"] == share
-    test_line = next(line for line in lines if line.startswith("  average of the last"))
+    test_line = next(line for line in lines if line.endswith("<- the final model"))
     assert f"training set's majority class {100 * t['majority_baseline']:.2f}% (" in test_line
     assert f"this set's largest class {100 * share:.2f}% ('{t['largest_class_name']}')" in (
         test_line

@@ -169,13 +169,13 @@ def test_fresh_run_does_not_clobber_an_earlier_run(tmp_path):
     with pytest.raises(ConfigError, match="holds an earlier run.*step 8.*--resume"):
         Trainer(small_config(tmp_path), progress=False, echo=quiet)
     ckpts = tmp_path / "run/checkpoints"
-    for _, p in list_checkpoints(ckpts):  # only the average and the log left: still a run
+    for _, p in list_checkpoints(ckpts):  # only the final model and the log left: still a run
         p.unlink()
-    with pytest.raises(ConfigError, match="holds an earlier run \\(averaged.npz\\)"):
+    with pytest.raises(ConfigError, match="holds an earlier run \\(final.npz\\)"):
         Trainer(small_config(tmp_path), progress=False, echo=quiet)
-    assert (ckpts / "averaged.npz").exists() and (tmp_path / "run/metrics.jsonl").exists()
+    assert (ckpts / "final.npz").exists() and (tmp_path / "run/metrics.jsonl").exists()
     Trainer(small_config(tmp_path), overwrite=True, progress=False, echo=quiet)
-    assert not (ckpts / "averaged.npz").exists() and not (tmp_path / "run/metrics.jsonl").exists()
+    assert not (ckpts / "final.npz").exists() and not (tmp_path / "run/metrics.jsonl").exists()
 
 
 # -- a NaN stops the run ---------------------------------------------------------------------
@@ -227,7 +227,7 @@ def test_without_a_bar_no_stretch_of_steps_is_silent(tmp_path, monkeypatch):
 
 def test_run_writes_metrics_checkpoints_and_evaluates(tmp_path):
     lines = []
-    res = train(small_config(tmp_path), progress=False, echo=lines.append)
+    res = train(small_config(tmp_path, checkpoint_every=1), progress=False, echo=lines.append)
     recs = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     kinds = [(r["kind"], r["step"]) for r in recs]
     assert kinds == [
@@ -246,30 +246,89 @@ def test_run_writes_metrics_checkpoints_and_evaluates(tmp_path):
     valid_rec = recs[2]
     assert {"loss", "ppl", "token_acc", "seq_acc"} <= set(valid_rec)
     assert valid_rec["ppl"] == pytest.approx(math.exp(valid_rec["nll"]))
-    assert [s for s, _ in list_checkpoints(tmp_path / "run/checkpoints")] == [4, 8]
+    ckpts = tmp_path / "run/checkpoints"
+    assert [s for s, _ in list_checkpoints(ckpts)] == [4, 5, 6, 7, 8]  # the newest 5 kept
     ck = load_checkpoint(res.checkpoint)
     assert ck.meta["tokenizer"]["type"] == "char" and ck.step == 8
-    avg = load_checkpoint(tmp_path / "run/checkpoints/averaged.npz")  # the paper's averaging
-    assert avg.meta["averaged_from"] == ["checkpoint_4.npz", "checkpoint_8.npz"]
-    want = average_checkpoints([tmp_path / "run/checkpoints/checkpoint_4.npz", res.checkpoint])
+    # the paper's averaging, of the checkpoints of the last 20% of the 8 steps: 7 and 8
+    avg = load_checkpoint(ckpts / "averaged.npz")
+    assert avg.meta["averaged_from"] == ["checkpoint_7.npz", "checkpoint_8.npz"]
+    want = average_checkpoints([ckpts / "checkpoint_7.npz", res.checkpoint])
     for k, v in avg.model.state_dict().items():
         np.testing.assert_array_equal(v, want[k])
+    # the final model: the one of the two with the lower validation nll, said and recorded
+    final = load_checkpoint(ckpts / "final.npz")
+    chosen = final.meta["final"]
+    nll = chosen["valid_nll"]
+    assert nll["last"] == recs[5]["nll"]  # the last validation, not judged again
+    assert chosen["model"] == ("averaged" if nll["averaged"] <= nll["last"] else "last")
+    source = avg if chosen["model"] == "averaged" else ck
+    for k, v in source.model.state_dict().items():
+        np.testing.assert_array_equal(final.model.state_dict()[k], v)
+    assert final.optimizer_state is None
+    assert [r["final"] for r in recs[-2:]] == [
+        chosen["model"] == "last",
+        chosen["model"] == "averaged",
+    ]
+    name = "averaged model" if chosen["model"] == "averaged" else "last checkpoint"
+    assert f"final model: the {name} (validation nll " in "\n".join(lines)
+    marked = [x for x in lines if x.endswith("<- the final model")]
+    assert len(marked) == 1
+    assert marked[0].startswith(
+        "  average of 2 checkpoints (7, 8): exact match"
+        if chosen["model"] == "averaged"
+        else "  last checkpoint (step 8): exact match"
+    )
     assert json.loads((tmp_path / "run/config.json").read_text())["task"]["name"] == "reverse"
     assert res.test is not None and len(res.examples) == 2
-    assert any(
-        x.startswith("  average of the last 2 checkpoints (4, 8): exact match") for x in lines
-    )
+    assert res.test == {
+        k: v
+        for k, v in recs[-1 if chosen["model"] == "averaged" else -2].items()
+        if k not in ("kind", "step", "model", "final")
+    }
     assert 0.0 <= res.test["seq_acc_decoded"] <= 1.0 and res.test["decode"] == "beam 4, alpha 0.6"
     assert res.files == [
         tmp_path / "run" / f
         for f in (
             "config.json",
             "metrics.jsonl",
-            "checkpoints/checkpoint_4.npz",
-            "checkpoints/checkpoint_8.npz",
+            *(f"checkpoints/checkpoint_{s}.npz" for s in (4, 5, 6, 7, 8)),
+            "checkpoints/final.npz",
             "checkpoints/averaged.npz",
         )
     ]
+
+
+@pytest.mark.parametrize("better", ["last", "averaged"])
+def test_the_final_model_is_the_one_with_the_lower_validation_nll(tmp_path, monkeypatch, better):
+    """Whichever of the last checkpoint and the average scores the lower validation
+    cross-entropy is written to final.npz (the scores planted: the choice alone is
+    tested here)."""
+    from scratchformer.train import final as final_mod  # noqa: PLC0415
+
+    real = final_mod.choose_final
+
+    def planted(task, model, averaged, **kw):
+        def evaluate(m, *a, **k):
+            good = (m is averaged[0]) == (better == "averaged")
+            return {"nll": 1.0 if good else 2.0}
+
+        monkeypatch.setattr(task, "evaluate", evaluate)
+        return real(task, model, averaged, **{**kw, "valid": []})
+
+    monkeypatch.setattr(final_mod, "choose_final", planted)
+    cfg = small_config(tmp_path, checkpoint_every=1, test=False)
+    res = train(cfg, progress=False, echo=quiet)
+    ckpts = tmp_path / "run/checkpoints"
+    final = load_checkpoint(ckpts / "final.npz")
+    assert final.meta["final"]["model"] == better
+    assert final.meta["final"]["valid_nll"] == {
+        "last": 1.0 if better == "last" else 2.0,
+        "averaged": 1.0 if better == "averaged" else 2.0,
+    }
+    source = load_checkpoint(ckpts / "averaged.npz" if better == "averaged" else res.checkpoint)
+    for k, v in source.model.state_dict().items():
+        np.testing.assert_array_equal(final.model.state_dict()[k], v)
 
 
 def test_keep_checkpoints(tmp_path):
@@ -388,17 +447,18 @@ def test_no_test_skips_the_test_set_but_keeps_the_final_model(tmp_path):
     lines = []
     res = train(small_config(tmp_path, test=False), progress=False, echo=lines.append)
     assert res.test is None and "\ntest set: not judged (train.test = false)" in lines
-    assert (tmp_path / "run/checkpoints/averaged.npz").is_file()
+    assert (tmp_path / "run/checkpoints/final.npz").is_file()
     recs = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     assert "test" not in {r["kind"] for r in recs}
 
 
 def test_a_run_with_one_checkpoint_still_writes_the_final_model(tmp_path):
-    """averaged.npz is the final model of every run (the README's evaluate command names
-    it): with one checkpoint it holds that checkpoint's parameters."""
+    """final.npz is the final model of every run (the README's commands name it): with
+    one checkpoint it holds that checkpoint's parameters, and nothing is averaged."""
     res = train(small_config(tmp_path, steps=3, checkpoint_every=0), progress=False, echo=quiet)
-    avg = load_checkpoint(tmp_path / "run/checkpoints/averaged.npz")
+    final = load_checkpoint(tmp_path / "run/checkpoints/final.npz")
     last = load_checkpoint(res.checkpoint)
-    assert avg.optimizer_state is None and avg.meta["averaged_from"] == ["checkpoint_3.npz"]
+    assert final.optimizer_state is None and final.meta["final"]["model"] == "last"
+    assert not (tmp_path / "run/checkpoints/averaged.npz").exists()
     for k, v in last.model.state_dict().items():
-        np.testing.assert_array_equal(avg.model.state_dict()[k], v)
+        np.testing.assert_array_equal(final.model.state_dict()[k], v)
