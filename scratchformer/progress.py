@@ -61,8 +61,9 @@ def _say(line: str) -> None:
 
 class Ticker:
     """Progress for logs without a progress bar: while the stage runs, a line
-    ``  <what>: done/total (elapsed)`` every ``every`` seconds through ``echo`` (a
-    ``print``-like function; stderr by default)."""
+    ``  <what>: done/total (elapsed, about <time> left)`` every ``every`` seconds through
+    ``echo`` (a ``print``-like function; stderr by default). The time left assumes the
+    rate so far; without a total it is not shown."""
 
     def __init__(self, total: int | None, what: str, echo=None, every: float = 10.0):
         self.total, self.what, self.echo = total, what, echo or _say
@@ -71,9 +72,12 @@ class Ticker:
         self._repeat = _Repeater(self._line, every)
 
     def _line(self) -> None:
-        elapsed = clock(time.perf_counter() - self.t0)
+        seconds = time.perf_counter() - self.t0
         total = "" if self.total is None else f"/{self.total}"
-        self.echo(f"  {self.what}: {self.done}{total} ({elapsed})")
+        left = ""
+        if self.total and 0 < self.done < self.total:
+            left = f", about {clock(seconds * (self.total - self.done) / self.done)} left"
+        self.echo(f"  {self.what}: {self.done}{total} ({clock(seconds)}{left})")
 
     def update(self, n: int) -> None:
         self.done += n

@@ -6,6 +6,7 @@ never written on the bar's line."""
 import argparse
 import io
 import os
+import re
 import subprocess
 import sys
 import time
@@ -27,6 +28,24 @@ def test_the_ticker_prints_while_a_slow_piece_runs():
     time.sleep(0.12)
     assert len(lines) == n >= 4  # stopped with close()
     assert lines[0] == "  decoding: 0/10 (0:00:00)" and lines[-1].startswith("  decoding: 4/10")
+    assert re.fullmatch(r"  decoding: 4/10 \(0:00:00, about 0:00:00 left\)", lines[-1])
+
+
+def test_the_ticker_says_the_time_left_at_the_rate_so_far(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    lines = []
+    t = Ticker(10, "decoding", lines.append, every=3600)
+    t.update(4)
+    now[0] += 80  # 4 of 10 in 80 s: 6 more take 120 s
+    t._line()
+    t.close()
+    assert lines == ["  decoding: 4/10 (0:01:20, about 0:02:00 left)"]
+    u = Ticker(None, "reading", lines.append, every=3600)
+    u.update(3)
+    u._line()
+    u.close()
+    assert lines[-1] == "  reading: 3 (0:00:00)"  # no total: no time left
 
 
 def test_the_bar_redraws_while_nothing_finishes():

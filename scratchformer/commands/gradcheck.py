@@ -18,8 +18,10 @@ the error by step size instead of the table:
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
+import sys
 import time
 
 from scratchformer import backend, device, memory
@@ -143,9 +145,10 @@ def _config(args, norm) -> TransformerConfig:
 #: and the values either side of each step, in float64 (40). Measured (peak resident
 #: memory, ``small``: 5.5 M parameters): 55 bytes a parameter with --directions 1.
 BYTES_PER_PARAMETER = {"entries": 32, "directions": 72}
-#: float64 forward passes against the float32 one timed (measured: 0.9x tiny, 1.3x small,
-#: 1.2x base, on the demo batch)
-FLOAT64_FACTOR = 1.5
+#: seconds per parameter entry a directional check spends drawing, scaling and applying
+#: its directions (every entry twice: its tensor's row and the row of all parameters);
+#: measured 72-75 ns on the small preset (2026-11-27, 2-core AMD EPYC, one BLAS thread)
+ENTRY_SECONDS = 75e-9
 #: the longest estimated check started without --force, in seconds
 TIME_LIMIT = 3600.0
 
@@ -167,16 +170,24 @@ def _bounded_model(args, norm: str, how: str):
     return cfg, Transformer(cfg)
 
 
-def _forward_seconds(model) -> float:
-    """Seconds of one float64 forward pass of ``model`` on the demo batch: the float32
-    pass timed (the best of three, after one to warm up), times ``FLOAT64_FACTOR``."""
+def _pass_seconds(model, dtype) -> tuple[float, float, float]:
+    """``(copy, forward, backward)``: seconds to copy ``model`` into ``dtype`` and of one
+    forward and one backward pass of that copy on the demo batch, which is what the check
+    runs (the best of two, after one to warm up)."""
+    t0 = time.perf_counter()
+    m = copy.deepcopy(model).astype(dtype)
+    copied = time.perf_counter() - t0
     batch = [backend.asarray(a) for a in demo_batch(model.config.vocab_size)]
-    best = math.inf
-    for i in range(4):
+    forward = backward = math.inf
+    for i in range(3):
         t0 = time.perf_counter()
-        model.loss_forward(*batch, rng=device.generator(0))
-        best = min(best, time.perf_counter() - t0) if i else best
-    return best * FLOAT64_FACTOR
+        _, cache = m.loss_forward(*batch, rng=device.generator(0))
+        t1 = time.perf_counter()
+        m.zero_grad()
+        m.loss_backward(cache)
+        if i:
+            forward, backward = min(forward, t1 - t0), min(backward, time.perf_counter() - t1)
+    return copied, forward, backward
 
 
 def duration(seconds: float) -> str:
@@ -191,18 +202,67 @@ def duration(seconds: float) -> str:
     return f"{seconds / 86400:,.0f} days"
 
 
-def _bounded_time(args, model, forwards: int, fewer: str) -> None:
-    """Print the check's estimated time (``forwards`` passes, each timed); refuse it in
-    one line beyond ``TIME_LIMIT`` without ``--force``, saying what to lower (``fewer``)."""
-    each = _forward_seconds(model)
-    estimate = forwards * each
-    what = f"{forwards:,} forward passes of {each * 1e3:.1f} ms, timed"
+class Clock:
+    """A check's estimate against its time: the progress callback of ``watch`` says
+    once, while the check runs, when it has taken more than twice the estimate; ``took``
+    is what the check's last line shows."""
+
+    def __init__(self, estimate: float):
+        self.estimate, self.warned = estimate, False
+        self.t0 = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def watch(self, show):
+        """The progress callback for a stage shown by ``show`` (a bar or a ticker)."""
+
+        def tick(n: int) -> None:
+            show.update(n)
+            self._check(show)
+
+        return tick
+
+    def _check(self, show) -> None:
+        if not self.warned and self.elapsed() > 2 * self.estimate:
+            self.warned = True
+            show.emit(
+                f"note: this check has run more than twice its estimate ({duration(self.elapsed())}"
+                f", estimated {duration(self.estimate)}): the cores are likely busy with other "
+                "work; on a busy machine give it one BLAS thread (OPENBLAS_NUM_THREADS=1, "
+                "docs/gradient-checks.md)\n",
+                sys.stderr,
+            )
+
+    def took(self) -> str:
+        """``"6.4 s; estimated 4.1 s"``."""
+        return f"{duration(self.elapsed())}; estimated {duration(self.estimate)}"
+
+
+def _bounded_time(args, model, forwards: int, fewer: str, *, entries=0, setups=1) -> float:
+    """The check's estimated time: ``setups`` times its copy of ``model`` (in the check's
+    dtype) and the forward and backward pass that give the analytic gradient, then
+    ``forwards`` more forward passes and ``entries`` parameter entries moved along
+    directions, each part timed or counted here. Printed, and returned; beyond
+    ``TIME_LIMIT`` without ``--force`` the check is refused in one line saying what to
+    lower (``fewer``)."""
+    dtype = getattr(xp, getattr(args, "dtype", "float64"))
+    copied, forward, backward = _pass_seconds(model, dtype)
+    estimate = setups * (copied + forward + backward) + forwards * forward
+    estimate += entries * ENTRY_SECONDS
+    what = (
+        f"{forwards + setups:,} forward passes of {forward * 1e3:.1f} ms and "
+        f"{setups} backward pass{'es' if setups > 1 else ''} of {backward * 1e3:.1f} ms, timed"
+    )
+    if entries:
+        what += f"; {entries:,} entries moved along directions"
     if estimate > TIME_LIMIT and not args.force:
         raise ScratchformerError(
             f"this check would take about {duration(estimate)} ({what}): {fewer}, or pass "
             "--force to run it anyway"
         )
     print(f"estimated time: about {duration(estimate)} ({what})", flush=True)
+    return estimate
 
 
 def run(args) -> int:
@@ -224,8 +284,10 @@ def run(args) -> int:
         cfg, model = _bounded_model(args, norm, "entries")
         sizes = [int(p.size) for p in model.parameters().values()]
         total = sum(min(n, samples) if samples else n for n in sizes)
-        _bounded_time(args, model, 2 * total, "check fewer entries (--samples) or directions")
-        t0 = time.perf_counter()
+        estimate = _bounded_time(
+            args, model, 2 * total, "check fewer entries (--samples) or directions"
+        )
+        clock = Clock(estimate)
         bar = stage(total, f"checking {norm}-LN", "entry", bar=not args.no_progress)
         report = check_model(
             model,
@@ -237,16 +299,15 @@ def run(args) -> int:
             tol=args.tol,
             h=args.h[0] if args.h else DEFAULT_H,
             seed=args.seed,
-            progress=bar.update,
+            progress=clock.watch(bar),
         )
         bar.close()
-        dt = time.perf_counter() - t0
         print(
             f"\n== {args.preset} encoder-decoder, {norm}-LN, N={cfg.N}, "
             f"d_model={cfg.d_model}, h={cfg.h}, d_k={cfg.d_k or cfg.d_model // cfg.h}, "
             f"positions={cfg.positions}, share_embeddings={cfg.share_embeddings}, "
             f"P_drop={cfg.P_drop} (replayed), eps_ls={cfg.eps_ls}, "
-            f"batch B=3 S=6 T=5 with padding, float64 ({dt:.1f} s)"
+            f"batch B=3 S=6 T=5 with padding, float64 ({clock.took()})"
         )
         print(report.table())
         ok = ok and report.passed
@@ -264,9 +325,13 @@ def run_directions(args) -> int:
     ok = True
     for norm in norms:
         cfg, model = _bounded_model(args, norm, "directions")
-        forwards = 2 * args.directions * (len(model.parameters()) + 1) * len(steps)
-        _bounded_time(args, model, forwards, "check fewer --directions (or --h steps)")
         n = sum(int(p.size) for p in model.parameters().values())
+        forwards = 2 * args.directions * (len(model.parameters()) + 1) * len(steps)
+        estimate = _bounded_time(
+            args, model, forwards, "check fewer --directions (or --h steps)",
+            entries=2 * n * args.directions * len(steps), setups=len(steps),
+        )  # fmt: skip
+        clock = Clock(estimate)
         print(
             f"\n== {args.preset} encoder-decoder, {norm}-LN, N={cfg.N}, d_model={cfg.d_model}, "
             f"h={cfg.h}, {n:,} parameters in {len(model.parameters())} tensors, "
@@ -285,7 +350,7 @@ def run_directions(args) -> int:
             )
             report = check_directions(
                 model, src, tgt_in, tgt_out, directions=args.directions, rng=args.seed + 1,
-                dtype=args.dtype, h=h, tol=args.tol, seed=args.seed, progress=bar.update,
+                dtype=args.dtype, h=h, tol=args.tol, seed=args.seed, progress=clock.watch(bar),
                 retries=0 if len(steps) > 1 else 2,  # a sweep shows the first draw's error
             )  # fmt: skip
             bar.close()
@@ -298,9 +363,11 @@ def run_directions(args) -> int:
                     f"{dt:.1f} s"
                 )
             else:
-                print(f"step h = {h:g} (RMS per entry), {dt:.1f} s")
+                print(f"step h = {h:g} (RMS per entry), {clock.took()}")
                 print(report.table())
             ok = ok and report.passed
+        if len(steps) > 1:
+            print(f"all steps: {clock.took()}")
     print("\ngradcheck:", "PASSED" if ok else "FAILED")
     if not ok and args.dtype == "float32":
         print(float32_why(steps, args.tol))
@@ -391,7 +458,10 @@ def explain(args) -> int:
     _check_parameter_name(name, list(m.parameters()))
     n_entries = 8 if args.samples is None else args.samples
     size = int(m.parameters()[name].size)
-    _bounded_time(args, m, 2 * (min(n_entries, size) or size), "check fewer entries (--samples)")
+    estimate = _bounded_time(
+        args, m, 2 * (min(n_entries, size) or size), "check fewer entries (--samples)"
+    )
+    clock = Clock(estimate)
     m.astype(xp.float64)  # the check runs in float64
     src, tgt_in, tgt_out = (backend.asarray(a) for a in demo_batch(args.vocab, args.seed))
     drop_seed = args.seed + 1  # the same dropout masks in every evaluation
@@ -422,4 +492,5 @@ def explain(args) -> int:
             f"{numeric[j]:>13.6e} {a:>13.6e} {err:>9.1e} {rel:>9.1e}"
         )
     ok = _print_verdict(analytic[idx], numeric, args.tol)
+    print(f"time: {clock.took()}")
     return 0 if ok else 1

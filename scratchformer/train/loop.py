@@ -92,7 +92,8 @@ def _quiet(*args) -> None:
 
 
 #: without a progress bar, the longest stretch of training steps left without a line: a
-#: ``  training: step/steps (elapsed)`` line is written after the step that reaches it
+#: ``  training: step/steps (elapsed, time left)`` line is written after the step that
+#: reaches it
 TICK_SECONDS = 10.0
 
 
@@ -384,6 +385,7 @@ class Trainer:
         t = self.cfg.train
         valid, stopped = [], ""
         self.losses, self.checked_step = [], self.step
+        first = self.step
         self.tokens_seen_here, self.aside_seconds = 0, 0.0
         window = self.window
         self.said = t_start  # when the last line was written (a log's heartbeat)
@@ -411,8 +413,9 @@ class Trainer:
                 t_aside = time.perf_counter()
                 self._step_end(s, rec, last, bar, valid, t_start)
                 if not self.progress and time.perf_counter() - self.said >= TICK_SECONDS:
-                    since = clock(time.perf_counter() - t_start)
-                    self._line(bar, f"  training: {s}/{t.steps} ({since})")
+                    here = time.perf_counter() - t_start
+                    line = report.progress_line(s, first, t.steps, here, self.seconds_before, t)
+                    self._line(bar, line)
                 window = self.window  # a new one after a record
                 if signum:  # the step's own records, then saved (interrupts.py)
                     self.interrupts.signum = signum

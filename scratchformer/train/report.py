@@ -42,6 +42,17 @@ class TrainResult:
     files: list = field(default_factory=list)  # every file of the run directory it wrote
 
 
+def progress_line(s: int, first: int, steps: int, here: float, before: float, train) -> str:
+    """``  training: step/steps (elapsed, about <time> left)`` at step ``s``: the run's
+    wall time (``before`` this process, for a resumed run, as the step lines count it,
+    plus ``here``) and the time left at this process's rate since its first step
+    ``first``, or until ``train.time_limit`` when that comes first."""
+    left = here * (steps - s) / max(s - first, 1)
+    if train.time_limit:
+        left = min(left, max(train.time_limit - here, 0.0))
+    return f"  training: {s}/{steps} ({clock(before + here)}, about {clock(left)} left)"
+
+
 def _pct(x) -> str:
     return f"{100 * x:.2f}%"
 

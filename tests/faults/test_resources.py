@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -372,6 +373,36 @@ def test_a_gradient_check_prints_its_estimated_time(capsys):
     assert main(["gradcheck", "--norm", "post", "--samples", "2", "--no-progress"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("estimated time: about ") and "forward passes of" in first
+
+
+def test_the_estimate_counts_every_pass_the_check_runs(capsys, monkeypatch):
+    """A directional check of the tiny model: per norm, a copy, one forward and one
+    backward pass for the analytic gradient, two forward passes per direction (one
+    direction per tensor and one for all parameters), and every entry moved twice."""
+    from scratchformer.commands import gradcheck
+
+    monkeypatch.setattr(gradcheck, "_pass_seconds", lambda model, dtype: (1.0, 2.0, 3.0))
+    monkeypatch.setattr(gradcheck, "TIME_LIMIT", 1e9)
+    assert main(["gradcheck", "--directions", "1", "--norm", "pre", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    tensors = int(re.search(r"parameters in (\d+) tensors", out)[1])
+    n = int(re.search(r"([\d,]+) parameters in", out)[1].replace(",", ""))
+    forwards = 2 * (tensors + 1)
+    seconds = 1 + 2 + 3 + 2 * forwards + 2 * n * gradcheck.ENTRY_SECONDS
+    assert f"({forwards + 1:,} forward passes of 2000.0 ms and 1 backward pass of 3000.0 ms" in out
+    assert f"estimated time: about {gradcheck.duration(seconds)} (" in out
+    assert f"; {2 * n:,} entries moved along directions)" in out
+
+
+def test_a_check_past_twice_its_estimate_says_so_once_and_shows_both_times(capsys, monkeypatch):
+    from scratchformer.commands import gradcheck
+
+    monkeypatch.setattr(gradcheck, "_pass_seconds", lambda model, dtype: (0.0, 1e-9, 1e-9))
+    assert main(["gradcheck", "--norm", "post", "--samples", "3", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("note: this check has run more than twice its estimate") == 1
+    assert "OPENBLAS_NUM_THREADS=1" in err and len(err.strip().splitlines()) == 1
+    assert re.search(r"float64 \([\d.]+ (s|ms); estimated [\d.e-]+ s\)", out), out
 
 
 def test_an_empty_explain_names_no_parameter(refused):

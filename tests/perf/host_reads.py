@@ -33,7 +33,7 @@ def _where() -> str:
     for f in reversed(traceback.extract_stack()[:-2]):
         path = os.path.realpath(f.filename)
         if path.startswith(PACKAGE):
-            return f"{path[len(PACKAGE):]}:{f.lineno} {f.name}"
+            return f"{path[len(PACKAGE) :]}:{f.lineno} {f.name}"
     return "outside the package"
 
 

@@ -225,6 +225,21 @@ def test_without_a_bar_no_stretch_of_steps_is_silent(tmp_path, monkeypatch):
     assert ticks == [f"  training: {s}/6" for s in (1, 2, 3, 5)], lines
 
 
+def test_a_progress_line_shows_the_runs_clock_and_the_time_left():
+    """After a resume at step 10 (600 s of training before it), 20 steps in 20 s: the
+    clock counts from the run's start, as the step lines do, and 70 steps are left at
+    1 step/s, unless a time limit ends the run first."""
+    from types import SimpleNamespace
+
+    from scratchformer.train.report import progress_line
+
+    no_limit, limit = SimpleNamespace(time_limit=0), SimpleNamespace(time_limit=50)
+    assert progress_line(30, 10, 100, 20.0, 600.0, no_limit) == (
+        "  training: 30/100 (0:10:20, about 0:01:10 left)"
+    )
+    assert progress_line(30, 10, 100, 20.0, 600.0, limit).endswith("(0:10:20, about 0:00:30 left)")
+
+
 def test_run_writes_metrics_checkpoints_and_evaluates(tmp_path):
     lines = []
     res = train(small_config(tmp_path, checkpoint_every=1), progress=False, echo=lines.append)
