@@ -96,12 +96,24 @@ def _import_cupy():
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # CUDA driver missing or broken
         raise BackendError(
-            f"CuPy {cupy.__version__} is installed but no usable GPU was found ({e}); "
-            f"the cupy backend needs an NVIDIA GPU whose driver suits this CuPy: {CUPY_INSTALL}"
+            f"no usable GPU for the cupy backend: CuPy {cupy.__version__}{_cupy_cuda()} says "
+            f"{e}; which CuPy suits which driver: docs/gpu.md"
         ) from None
     if n < 1:
         raise BackendError(f"CuPy is installed but no GPU is visible: {CUPY_INSTALL}")
     return cupy
+
+
+def _cupy_cuda() -> str:
+    """`` (for CUDA 13)``: the CUDA major version the installed CuPy wheel is built for,
+    from its package name (cupy-cuda13x), or '' for a CuPy built from source."""
+    from importlib.metadata import distributions  # noqa: PLC0415  (only on this error)
+
+    for d in distributions():
+        name = (d.metadata["Name"] or "").lower()
+        if name.startswith("cupy-cuda") and name.endswith("x"):
+            return f" (for CUDA {name.removeprefix('cupy-cuda').removesuffix('x')})"
+    return ""
 
 
 def cupy_available() -> bool:

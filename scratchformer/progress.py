@@ -118,10 +118,11 @@ def progress_bar(total: int | None, what: str, unit: str, file=None, disable: bo
     bar counts and shows the rate, without a percentage. ``disable=None``: drawn only
     when ``file`` is a terminal, for commands whose stderr is otherwise read by programs
     and should hold nothing but their messages."""
+    units = f" {unit[:-1]}ies" if unit.endswith("y") else f" {unit}s"  # "2 sentences"
     return _Bar(
         total=total,
         desc=what,
-        unit=unit,
+        unit=units,
         leave=False,
         file=file or sys.stderr,
         mininterval=1.0,

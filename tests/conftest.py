@@ -102,7 +102,8 @@ def f64():
 
 def pytest_terminal_summary(terminalreporter):
     """One line per reason a test was skipped, with the count per backend, in place of
-    a line per test (the CuPy copies alone are hundreds on a machine without a GPU)."""
+    a line per test (the CuPy copies alone are hundreds on a machine without a GPU); what
+    the deselected tests are; and the header's note on the backend, which ``-q`` hides."""
     counts = Counter()
     for rep in terminalreporter.stats.get("skipped", []):
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
@@ -114,3 +115,11 @@ def pytest_terminal_summary(terminalreporter):
     for (reason, backend), n in sorted(counts.items()):
         where = "" if backend == "numpy" else " on cupy"
         terminalreporter.write_line(f"{n} skipped{where}: {reason}")
+    deselected = len(terminalreporter.stats.get("deselected", []))
+    if deselected and "not slow" in (terminalreporter.config.option.markexpr or ""):
+        terminalreporter.write_line(
+            f"{deselected} deselected: the checks marked slow (python -m pytest -m slow runs them)"
+        )
+    note = pytest_report_header(terminalreporter.config)  # -q hides the header
+    if note:
+        terminalreporter.write_line(note)

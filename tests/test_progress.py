@@ -76,7 +76,7 @@ def test_every_command_takes_no_progress():
         "scratchformer gradcheck",
         "scratchformer translate",
         "scratchformer plot schedule",
-        "scratchformer data",
+        "scratchformer data pairs",
     }
     lacking = [p.prog for p in leaves if "--no-progress" not in p._option_string_actions]
     assert not lacking
@@ -101,7 +101,7 @@ def test_a_log_file_gets_lines_and_no_bar(tmp_path):
     p = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "\r" not in p.stdout + p.stderr
-    assert "step 2/4 | loss " in p.stdout and "step 4/4 | valid | " in p.stdout
+    assert "step 2/4 | loss " in p.stdout and "step 4/4 | dev | " in p.stdout
     # the loss trained is label-smoothed: the plain NLL beside it, and the header says so
     assert "loss: label-smoothed cross-entropy (eps_ls 0.1), the objective trained; nll: " in (
         p.stdout

@@ -49,6 +49,39 @@ from scratchformer.data.bible_pairs import (
 )
 from scratchformer.errors import ScratchformerError
 
+#: each data set: its one-line help, its description, and what --dev and --test share out
+DATASETS = {
+    "pairs": (
+        "your own sentence pairs, split into train, dev and test",
+        "Split a file of your own sentence pairs (source<TAB>target, one pair a line; blank\n"
+        "lines are skipped) into <data-dir>/<file name>/{train,dev,test}.tsv, by a hash of the\n"
+        "source: the same file splits the same way, and pairs with one source share a split.",
+        "pairs",
+    ),
+    "genre": (
+        "Bible verse -> genre labels, for the classifier",
+        "Bible verse -> genre (law, history, wisdom, prophets, gospels, epistles; Revelation\n"
+        "counted as prophecy): <data-dir>/genre/{train,dev,test}.tsv (label<TAB>verse<TAB>ref),\n"
+        "split by chapter.",
+        "chapters",
+    ),
+    "web-text": (
+        "World English Bible verses, for the language model",
+        "World English Bible verses, one per line, for the character-level language model:\n"
+        "<data-dir>/web-text/{train,dev,test}.txt, split by chapter.",
+        "chapters",
+    ),
+    "bible": (
+        "verse-aligned Spanish -> English pairs, for translation",
+        "Verse-aligned translation pairs, Spanish (Reina-Valera 1909) -> English (WEB):\n"
+        "<data-dir>/bible/{train,dev,test}.tsv (source<TAB>target<TAB>ref), split by chapter;\n"
+        "--pair kjv-web for KJV -> WEB in <data-dir>/bible-kjv-web/. Chapters whose verse\n"
+        "numbering differs between the texts are dropped (listed with -v). The SWORD\n"
+        "packages it lacks are installed where it can (see `scratchformer data --help`).",
+        "chapters",
+    ),
+}
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -57,47 +90,62 @@ def add_parser(sub) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "dataset", choices=["pairs", "genre", "web-text", "bible"], help="what to prepare"
-    )
-    p.add_argument("file", nargs="?", help="pairs: your TSV file (source<TAB>target)")
-    p.add_argument(
-        "--pair",
-        choices=["sparv-web", "kjv-web"],
-        default="sparv-web",
-        help="bible: source -> target texts (default sparv-web: Spanish RV1909 -> English WEB)",
-    )
-    p.add_argument(
-        "--out",
-        default=None,
-        help="output directory (default: <data-dir>/<dataset>; for --pair kjv-web, "
-        "<data-dir>/bible-kjv-web)",
-    )
-    p.add_argument(
-        "--no-install",
-        action="store_true",
-        help="bible: never run apt-get; fail with the commands to run instead",
-    )
-    p.add_argument("-v", "--verbose", action="store_true", help="bible: list dropped chapters")
-    p.add_argument(
+    kinds = p.add_subparsers(dest="dataset", metavar="{" + ",".join(DATASETS) + "}", required=True)
+    for name, (short, description, unit) in DATASETS.items():
+        q = kinds.add_parser(
+            name,
+            help=short,
+            description=description,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        if name == "pairs":
+            q.add_argument("file", help="your TSV file: source<TAB>target, one pair a line")
+        _common_options(q, name, unit)
+        q.set_defaults(func=run)
+
+
+def _common_options(q, name: str, unit: str) -> None:
+    """The options of data set ``name``: where it goes, and its dev and test shares (of
+    ``unit``); the Bible's sets also where SWORD is."""
+    default = "<data-dir>/<file name>" if name == "pairs" else f"<data-dir>/{name}"
+    if name == "bible":
+        default += " (for --pair kjv-web, <data-dir>/bible-kjv-web)"
+        q.add_argument(
+            "--pair",
+            choices=["sparv-web", "kjv-web"],
+            default="sparv-web",
+            help="source -> target texts (default sparv-web: Spanish RV1909 -> English WEB)",
+        )
+        q.add_argument(
+            "--no-install",
+            action="store_true",
+            help="never run apt-get; fail with the commands to run instead",
+        )
+        q.add_argument("-v", "--verbose", action="store_true", help="list dropped chapters")
+    q.add_argument("--out", default=None, help=f"output directory (default: {default})")
+    q.add_argument(
         "--data-dir", default="data", help="where the data sets' folders go (default: data/)"
     )
-    p.add_argument(
-        "--sword-path",
-        default=None,
-        help="SWORD directory holding mods.d/ (default: $SWORD_PATH or /usr/share/sword)",
-    )
-    p.add_argument("--module", default="engWEB2015eb", help="SWORD module (default: the WEB)")
-    p.add_argument(
+    if name != "pairs":
+        q.add_argument(
+            "--sword-path",
+            default=None,
+            help="SWORD directory holding mods.d/ (default: $SWORD_PATH or /usr/share/sword)",
+        )
+    if name in ("genre", "web-text"):
+        q.add_argument("--module", default="engWEB2015eb", help="SWORD module (default: the WEB)")
+    q.add_argument(
         "--overwrite",
         action="store_true",
         help="replace files of the data set's folder that hold other content (your edits)",
     )
-    p.add_argument("--dev", type=PROBABILITY, default=0.05, help="share of chapters for dev (0.05)")
-    p.add_argument(
-        "--test", type=PROBABILITY, default=0.05, help="share of chapters for test (0.05)"
-    )
-    p.set_defaults(func=run)
+    for split in ("dev", "test"):
+        q.add_argument(
+            f"--{split}",
+            type=PROBABILITY,
+            default=0.05,
+            help=f"share of {unit} for {split} (default 0.05)",
+        )
 
 
 def run(args) -> int:
@@ -107,12 +155,6 @@ def run(args) -> int:
             "be below 1"
         )
     t0 = time.perf_counter()
-    if (args.file is not None) != (args.dataset == "pairs"):
-        raise ScratchformerError(
-            "data pairs needs your TSV file (data pairs my.tsv)"
-            if args.file is None
-            else f"data {args.dataset} takes no file (data pairs FILE splits a file of yours)"
-        )
     if args.dataset == "pairs":
         return run_pairs(args, t0)
     if args.dataset == "bible":
@@ -151,6 +193,8 @@ def run_pairs(args, t0: float) -> int:
     counts = split_pairs(args.file, out, args.dev, args.test, args.overwrite)
     for split, n in counts.items():
         print(f"{split:<5}  {n:>6} pairs")
+    if counts.blank:
+        print(f"skipped {plural(counts.blank, 'blank line')}")
     if counts.repeats:
         print(
             f"{plural(counts.repeats, 'pair')} repeat the source of another pair: each "
@@ -167,6 +211,7 @@ def run_bible(args, t0: float) -> int:
         args.out
         or Path(args.data_dir) / ("bible" if args.pair == "sparv-web" else f"bible-{args.pair}")
     )
+    print(f"reading {src_mod} and {tgt_mod} and aligning their verses...", flush=True)
     src = iter_verses(open_bible(src_mod, where))
     tgt = iter_verses(open_bible(tgt_mod, where))
     s, t, rep = align_texts(src, tgt)

@@ -3,8 +3,8 @@
 scratchformer train                          the default run (configs/reverse.toml): reverse
                                              strings of 1-12 letters, a few minutes on a CPU,
                                              then held-out examples and accuracy
-scratchformer train --config copy            a shipped config (copy, sort, reverse-accum,
-                                             bible-cpu, bible-gpu, lm, classify) or a TOML file
+scratchformer train --config copy            a shipped config (all listed under --config
+                                             below) or a TOML file of yours
 scratchformer train --task lm                a task with its own config (= --config lm)
 scratchformer train --steps 5000 --set model.d_model=128     flags and --set override it
 scratchformer train --resume                 continue runs/<name> exactly where it stopped
@@ -28,7 +28,7 @@ from scratchformer.checkpoint import CheckpointError, latest_checkpoint, read_pa
 from scratchformer.commands import COUNT, NONNEGATIVE, number
 from scratchformer.compat import flat_override
 from scratchformer.errors import ConfigError, Interrupted, signal_name
-from scratchformer.train import TASKS, TrainConfig, Trainer
+from scratchformer.train import TASKS, TrainConfig, Trainer, shipped_names
 from scratchformer.train.config import (
     build,
     migrate,
@@ -67,7 +67,8 @@ def add_parser(sub) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", "-c", help="a TOML file, or a shipped config's name")
+    shipped = ", ".join(n for n in shipped_names() if n != "defaults")
+    p.add_argument("--config", "-c", help=f"a TOML file, or a shipped config's name: {shipped}")
     p.add_argument("--name", help="run name; outputs go to runs/<name>")
     p.add_argument("--run-dir", help="output directory (default runs/<name>)")
     p.add_argument(

@@ -224,7 +224,8 @@ def write_pairs(
 def split_pairs(path, out_dir, dev=0.05, test=0.05, overwrite=False) -> dict:
     """Split the sentence pairs of one TSV file (``source<TAB>target``, read by
     ``read_pairs``) into ``{train,dev,test}.tsv`` under ``out_dir``; returns ``{split:
-    pairs}`` (a ``Written``; ``repeats``: the pairs whose source another pair has too).
+    pairs}`` (a ``Written``; ``repeats``: the pairs whose source another pair has too;
+    ``blank``: the blank lines skipped).
 
     A split is a function of the source: the distinct sources go in the order of a CRC-32
     hash of their text, the first ones to test until it holds ``round(test * n)`` pairs
@@ -233,7 +234,10 @@ def split_pairs(path, out_dir, dev=0.05, test=0.05, overwrite=False) -> dict:
     a test pair), and each split keeps the file's order. The same file always splits the
     same way. Refused in one line where the distinct sources are too few to leave pairs
     in all three splits."""
-    rows = read_pairs(path)
+    if not_a_file(Path(path)) == "not found":
+        raise ParallelDataError(f"{path} not found: data pairs splits a file of yours, one "
+                                "source<TAB>target pair a line")  # fmt: skip
+    rows = read_pairs(path, skip_blank=True)
     n = len(rows)
     n_test, n_dev = max(1, round(test * n)), max(1, round(dev * n))
     groups: dict = {}
@@ -265,16 +269,27 @@ def split_pairs(path, out_dir, dev=0.05, test=0.05, overwrite=False) -> dict:
         for i, (s, t) in enumerate(rows):
             files[split_of[i]].write(f"{s}\t{t}\n")
     counts.unchanged = fs.unchanged
-    counts.repeats = n - len(groups)
+    counts.repeats, counts.blank = n - len(groups), rows.blank
     return counts
 
 
-def read_pairs(path, limit: LineLimit = NO_MODEL) -> list[tuple[str, str]]:
+#: the problems of a pairs file listed in its error; the rest are counted
+SHOWN_PROBLEMS = 10
+
+
+class Pairs(list):
+    """``[(source, target)]`` as read from a file; ``blank``: the blank lines skipped."""
+
+    blank = 0
+
+
+def read_pairs(path, limit: LineLimit = NO_MODEL, *, skip_blank: bool = False) -> Pairs:
     """``[(source, target)]`` from a TSV file written by ``write_pairs`` (a third column,
     the reference, is optional), read by ``iter_text_lines`` (UTF-8, lines end at
-    ``\\n``). Raises ``ParallelDataError`` naming the file and line for a missing file, a
-    line without a tab, an empty side, or a file with no pairs (``TextEncodingError``
-    for bytes that are not UTF-8)."""
+    ``\n``). Raises ``ParallelDataError`` for a missing file, a file with no pairs, or
+    lines that are not pairs (a blank line unless ``skip_blank``, a line without a tab,
+    an empty side): all of them at once, each with its line, the first
+    ``SHOWN_PROBLEMS`` listed (``TextEncodingError`` for bytes that are not UTF-8)."""
     p = Path(path)
     why = not_a_file(p)
     if why == "not found":
@@ -285,23 +300,41 @@ def read_pairs(path, limit: LineLimit = NO_MODEL) -> list[tuple[str, str]]:
         )
     if why:
         raise ParallelDataError(f"{p} {why}: a split must be a file of source<TAB>target lines")
-    rows = []
+    rows, problems = Pairs(), []
     for i, line in iter_text_lines(p, limit=limit):
         if not line.strip():
-            raise ParallelDataError(f"{p}:{i}: empty line (expected source<TAB>target)")
+            if skip_blank:
+                rows.blank += 1
+            else:
+                problems.append(f"{p}:{i}: empty line (expected source<TAB>target)")
+            continue
         parts = line.split("\t")
         if len(parts) not in (2, 3):
-            raise ParallelDataError(
+            problems.append(
                 f"{p}:{i}: expected source<TAB>target[<TAB>ref], found {len(parts)} "
-                f"tab-separated field(s): {line[:60]!r}"
+                f"tab-separated field{'s' if len(parts) != 1 else ''}: {line[:60]!r}"
             )
+            continue
         s, t = parts[0].strip(), parts[1].strip()
         if not s or not t:
-            raise ParallelDataError(f"{p}:{i}: empty {'source' if not s else 'target'}")
+            problems.append(f"{p}:{i}: empty {'source' if not s else 'target'}")
+            continue
         rows.append((s, t))
+    if problems:
+        raise ParallelDataError(_listed(p, problems))
     if not rows:
         raise ParallelDataError(f"{p} holds no sentence pairs (empty split)")
     return rows
+
+
+def _listed(p: Path, problems: list[str]) -> str:
+    """One problem as its own line; several as a count and the first ``SHOWN_PROBLEMS``."""
+    if len(problems) == 1:
+        return problems[0]
+    shown = f" (the first {SHOWN_PROBLEMS} below)" if len(problems) > SHOWN_PROBLEMS else ""
+    return f"{p}: {len(problems)} lines are not source<TAB>target pairs{shown}:\n" + "\n".join(
+        f"  {line}" for line in problems[:SHOWN_PROBLEMS]
+    )
 
 
 __all__ = [

@@ -64,10 +64,10 @@ class Final:
     path: Path | None = None
 
     def describe(self) -> str:
-        """``the averaged model (validation nll 0.5851; last checkpoint 0.5903)``."""
+        """``the averaged model (dev nll 0.5851; last checkpoint 0.5903)``."""
         name = {"averaged": "the averaged model", "last": "the last checkpoint"}[self.which]
         other = "last" if self.which == "averaged" else "averaged"
-        scores = f"validation nll {self.nll[self.which]:.4f}" if self.which in self.nll else ""
+        scores = f"dev nll {self.nll[self.which]:.4f}" if self.which in self.nll else ""
         if other in self.nll:
             label = "last checkpoint" if other == "last" else "averaged"
             scores += f"; {label} {self.nll[other]:.4f}"

@@ -393,7 +393,7 @@ class Trainer:
             total=t.steps,
             initial=self.step,
             disable=not self.progress,
-            unit="step",
+            unit=" steps",  # "12.5 steps/s"
             dynamic_ncols=True,
         )
         try:

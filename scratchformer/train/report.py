@@ -1,12 +1,12 @@
 """What a run prints: one format for every task.
 
-    training <name>: task <task>, <n> train / <n> valid / <n> test examples, vocabulary V
+    training <name>: task <task>, <n> train / <n> dev / <n> test examples, vocabulary V
     model: <class>, <n> parameters (N=.., d_model=.., h=.., <attention> attention)
     plan: <steps> steps of <= <max_tokens> tokens x <accum>[, shared by <R> processes],
           <batches> batches/epoch -> <dir>
     loss: label-smoothed (eps_ls 0.1), the objective; nll: without smoothing, ppl = exp(nll)
     step   50/3000 | loss 2.3456 | nll 2.1234 | ppl 8.36 | lr 1.23e-04 | grad norm 0.812 | ...
-    step  500/3000 | valid | loss 0.4321 | nll 0.2345 | ppl 1.26 | token acc 95.12% | ...
+    step  500/3000 | dev | loss 0.4321 | nll 0.2345 | ppl 1.26 | token acc 95.12% | ...
     ...
     test set: <examples>, then one line per model (last checkpoint, average)
     done: <steps> steps in <time> (<tokens/s>), then every file written
@@ -121,7 +121,7 @@ def train_line(rec: dict, steps: int, smoothed: bool = False) -> str:
 
 
 def valid_line(step: int, steps: int, m: dict, keys, smoothed: bool = False) -> str:
-    return f"{step_prefix(step, steps)} | valid | {metrics_text(m, keys, smoothed)}"
+    return f"{step_prefix(step, steps)} | dev | {metrics_text(m, keys, smoothed)}"
 
 
 def loss_note(eps_ls: float) -> list[str]:
@@ -150,7 +150,7 @@ def header(cfg, task, model, batches_per_epoch: int, run_dir, ranks: int = 1) ->
         limit += f", shared by {ranks} processes ({each} each)"
     return [
         f"training {cfg.name}: task {task.name}, {sizes['train']} train / {sizes['valid']} "
-        f"valid / {sizes['test']} test examples, vocabulary {mc.vocab_size}",
+        f"dev / {sizes['test']} test examples, vocabulary {mc.vocab_size}",
         f"model: {type(model).__name__}, {model.num_parameters():,} parameters "
         f"(N={mc.N}, d_model={mc.d_model}, h={mc.h}, {attn} attention)",
         f"plan: {t.steps} step{'s' if t.steps != 1 else ''} of <= {t.max_tokens} tokens"

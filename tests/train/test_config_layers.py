@@ -67,6 +67,14 @@ def test_no_shipped_config_repeats_a_default(name):
     assert repeated in ([], ["task.name"]), f"{name}.toml repeats {repeated}"
 
 
+def test_train_help_lists_every_shipped_config(capsys):
+    with pytest.raises(SystemExit):
+        parse("--help")
+    shown = " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
+    for name in shipped_names():
+        assert name == "defaults" or name in shown, name
+
+
 def test_layers_file_over_task_config_over_defaults_then_flags(tmp_path):
     p = tmp_path / "mine.toml"
     p.write_text('name = "mine"\n[task]\nname = "copy"\n[train]\nsteps = 77\n')

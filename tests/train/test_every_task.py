@@ -133,13 +133,11 @@ def test_every_task_runs_from_the_same_command_with_the_same_output(task, tmp_pa
         "step 6/6",
     ]
     assert all(" | loss " in line and " tok/s | " in line for line in steps if "valid" not in line)
-    assert [line for line in steps if " | valid | " in line][0].startswith(
-        "step 3/6 | valid | loss"
-    )
+    assert [line for line in steps if " | dev | " in line][0].startswith("step 3/6 | dev | loss")
     assert any(line.startswith("test set: ") for line in out)
     # checkpoints at steps 3 and 6: only step 6 lies in the last 20% of the run, so
     # there is nothing to average and the last checkpoint is the final model
-    assert any(line.startswith("final model: the last checkpoint (validation nll ") for line in out)
+    assert any(line.startswith("final model: the last checkpoint (dev nll ") for line in out)
     assert any(
         line.startswith("  last checkpoint (step 6): ") and line.endswith("<- the final model")
         for line in out

@@ -286,7 +286,7 @@ def test_run_writes_metrics_checkpoints_and_evaluates(tmp_path):
         chosen["model"] == "averaged",
     ]
     name = "averaged model" if chosen["model"] == "averaged" else "last checkpoint"
-    assert f"final model: the {name} (validation nll " in "\n".join(lines)
+    assert f"final model: the {name} (dev nll " in "\n".join(lines)
     marked = [x for x in lines if x.endswith("<- the final model")]
     assert len(marked) == 1
     assert marked[0].startswith(

@@ -10,6 +10,7 @@ import pytest
 from scratchformer.data import bible as bib
 from scratchformer.data.bible import BibleDataError, Verse, chapter_split, clean_osis
 from scratchformer.data.bible_pairs import (
+    SHOWN_PROBLEMS,
     ParallelDataError,
     align_texts,
     chapter_aligned,
@@ -149,6 +150,51 @@ def test_malformed_tsv_gives_clear_errors(tmp_path, content, message):
 def test_missing_tsv_names_the_command(tmp_path):
     with pytest.raises(ParallelDataError, match="scratchformer data bible"):
         read_pairs(tmp_path / "test.tsv")
+
+
+def test_every_problem_of_a_pairs_file_is_named_at_once(tmp_path):
+    """Three bad lines among good ones: one error naming each, with its line; past
+    SHOWN_PROBLEMS, the count and the first ones."""
+    p = tmp_path / "bad.tsv"
+    p.write_text("a\tb\n\nno tab\nc\td\n\t e\nf\tg\n", encoding="utf-8")
+    with pytest.raises(ParallelDataError) as e:
+        read_pairs(p)
+    assert str(e.value).splitlines() == [
+        f"{p}: 3 lines are not source<TAB>target pairs:",
+        f"  {p}:2: empty line (expected source<TAB>target)",
+        f"  {p}:3: expected source<TAB>target[<TAB>ref], found 1 tab-separated field: 'no tab'",
+        f"  {p}:5: empty source",
+    ]
+    p.write_text("x\n" * (SHOWN_PROBLEMS + 5), encoding="utf-8")
+    with pytest.raises(ParallelDataError) as e:
+        read_pairs(p)
+    lines = str(e.value).splitlines()
+    assert lines[0] == f"{p}: {SHOWN_PROBLEMS + 5} lines are not source<TAB>target pairs " + (
+        f"(the first {SHOWN_PROBLEMS} below):"
+    )
+    assert len(lines) == 1 + SHOWN_PROBLEMS and lines[-1].startswith(f"  {p}:{SHOWN_PROBLEMS}:")
+
+
+def test_data_pairs_skips_and_counts_blank_lines(tmp_path, capsys):
+    from scratchformer.cli import main  # noqa: PLC0415
+
+    mine = tmp_path / "mine.tsv"
+    pairs = [f"fuente {i}\ttarget {i}" for i in range(60)]
+    mine.write_text("\n" + "\n".join(pairs[:30]) + "\n  \n" + "\n".join(pairs[30:]) + "\n\n")
+    assert main(["data", "pairs", str(mine), "--data-dir", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert "skipped 3 blank lines" in out and "total" not in out
+    written = [read_pairs(tmp_path / "d" / "mine" / f"{s}.tsv") for s in ("train", "dev", "test")]
+    assert sum(map(len, written)) == 60
+
+
+def test_data_pairs_of_a_missing_file_says_it_is_yours_that_is_missing(tmp_path, capsys):
+    from scratchformer.cli import main  # noqa: PLC0415
+
+    assert main(["data", "pairs", str(tmp_path / "nonexist.tsv")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'nonexist.tsv'} not found: data pairs splits a file of yours" in err
+    assert "bible" not in err
 
 
 def test_missing_modules_give_the_commands_to_run(tmp_path, monkeypatch):

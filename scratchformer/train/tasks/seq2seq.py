@@ -231,7 +231,8 @@ class TranslateTask(Seq2SeqTask):
         lines = []
         if self.data.dropped:
             lines.append(
-                f"left out {self.data.dropped} training pairs longer than task.max_len="
+                f"left out {self.data.dropped} training pair{'s' if self.data.dropped != 1 else ''}"
+                f" longer than task.max_len="
                 f"{self.settings.max_len} tokens"
             )
         for chosen in (self.data.chosen, self.fitted):
