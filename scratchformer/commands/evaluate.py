@@ -30,7 +30,7 @@ from scratchformer.compat import task_of
 from scratchformer.data.bible_pairs import read_pairs
 from scratchformer.data.text import LineLimit
 from scratchformer.decode import translate
-from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
+from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked, loop_hint, loops
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
 from scratchformer.progress import stage
@@ -144,6 +144,9 @@ def run(args) -> int:
         print(f"decoding: {out_tokens / dt:.0f} output tokens/s ({plural(len(pairs), 'sentence')})")
     if warning:
         print(warning, file=sys.stderr)
+    hint = loop_hint(sum(map(loops, hyps)), len(hyps))
+    if hint:
+        print(hint, file=sys.stderr)
     print(f"evaluated in {dt:.1f} s", file=sys.stderr)
     return 0
 

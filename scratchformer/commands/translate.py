@@ -39,7 +39,7 @@ from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.commands import COUNT, NONNEGATIVE, add_decoding_flags, check_lengths, plural
 from scratchformer.data.text import LineLimit, iter_text_lines
 from scratchformer.decode import translate, translate_nbest
-from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked
+from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked, loop_hint, loops
 from scratchformer.errors import ScratchformerError
 from scratchformer.models import Transformer
 from scratchformer.progress import stage
@@ -104,7 +104,7 @@ def run(args) -> int:
             total = sum(1 for _, line in iter_text_lines(source, limit=lines) if line.strip())
     check = SourceCheck(ckpt.model, tokenizer, name)
     decode = _decoder(args, ckpt.model, tokenizer)
-    n = 0
+    n = looping = outputs = 0
     t0 = time.perf_counter()
     with ExitStack() as stack:
         show = stage(total, "translating", "sentence", bar=not args.no_progress)
@@ -112,8 +112,13 @@ def run(args) -> int:
         out = sys.stdout if target is None else stack.enter_context(writer.replacing(target))
         for chunk in chunked(check(iter_text_lines(source, name, lines)), chunk_size):
             # flushed: a reader at the other end of a pipe gets each chunk at once
-            show.emit("".join(line + "\n" for line in decode(chunk, show.update)), out)
+            got = decode(chunk, show.update)
+            show.emit("".join(line + "\n" for line in got), out)
             n += len(chunk)
+            looping, outputs = looping + sum(map(loops, got)), outputs + len(got)
+    hint = loop_hint(looping, outputs)
+    if hint:
+        print(hint, file=sys.stderr)
     dt = time.perf_counter() - t0
     if check.warning():
         print(check.warning(), file=sys.stderr)

@@ -63,6 +63,35 @@ class Translation:
 CHUNK_SIZE = 2000
 
 
+#: a word, or a phrase of up to three words, this many times in a row marks an output
+#: that loops, as an undertrained model's do ("the earth the earth the earth ...")
+LOOP_REPEATS = 5
+
+
+def loops(text: str) -> bool:
+    """Whether ``text`` repeats a phrase of 1-3 words ``LOOP_REPEATS`` times in a row:
+    a stretch of ``LOOP_REPEATS * n`` words of period ``n``."""
+    w = text.split()
+    for n in (1, 2, 3):
+        run = 0  # words equal to the word n before, in a row
+        for i in range(n, len(w)):
+            run = run + 1 if w[i] == w[i - n] else 0
+            if run >= (LOOP_REPEATS - 1) * n:
+                return True
+    return False
+
+
+def loop_hint(looping: int, total: int) -> str | None:
+    """The line that says outputs loop (``looping`` of ``total``), or None."""
+    if not looping:
+        return None
+    return (
+        f"note: {looping} of {total} outputs repeat a word or phrase {LOOP_REPEATS} or more "
+        "times in a row, the mark of an undertrained model: train it longer (--resume "
+        "--steps N continues its run)"
+    )
+
+
 def _too_long(where: str, n: int, limit: int) -> DecodeError:
     return DecodeError(
         f"{where} has {n} tokens, more than the {limit} positions this model supports "

@@ -41,12 +41,14 @@ class Interrupts:
     entering and the previous ones put back on leaving; in a thread other than the main
     one (where Python runs signal handlers) it installs nothing.
 
-    ``main``: this process is rank 0, which speaks and acts on a second signal.
+    ``main``: this process is rank 0, which speaks and acts on a second signal;
+    ``ranks``: how many run together (under mpiexec, which also acts on a second Ctrl-C,
+    the line promises what both do).
     ``phase``: "steps" while a signal only asks to stop after the step in flight;
     anything else stops at once."""
 
-    def __init__(self, main: bool = True):
-        self.main = main
+    def __init__(self, main: bool = True, ranks: int = 1):
+        self.main, self.ranks = main, ranks
         self.phase = "setup"
         self.signum = 0  # the first signal received during the steps; 0: none
         self._previous: dict = {}
@@ -69,10 +71,13 @@ class Interrupts:
             self.signum = signum
             if self.main:  # written at once: os.write is safe in a handler, print is not
                 again = "Ctrl-C again" if signum == signal.SIGINT else "a second signal"
+                at_once = "stops at once"
+                if self.ranks > 1:  # mpiexec's "Press Ctrl-C again to force abort": the same
+                    at_once = "stops every rank at once; the checkpoints saved stay"
                 os.write(
                     2,
                     f"\n{signal_name(signum)}: stopping after the step in flight, which is "
-                    f"saved ({again} stops at once)\n".encode(),
+                    f"saved ({again} {at_once})\n".encode(),
                 )
             return
         if self.main:  # the others follow rank 0's end (it may wait for them meanwhile)

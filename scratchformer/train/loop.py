@@ -161,7 +161,7 @@ class Trainer:
         self.losses: list = []  # [(step, loss)] of the steps checked (``_check_steps``)
         self.checked_step = 0  # the last step whose loss was read and checked
         self.lock = None
-        self.interrupts = Interrupts(w.main)  # the run's signal handlers, while it runs
+        self.interrupts = Interrupts(w.main, w.size)  # the run's signal handlers, while it runs
         if w.main:
             refuse_foreign_files(self.run_dir)  # a folder with files of ours it did not write
             refuse_links_out(self.run_dir)  # or with links out of it at the names it writes
@@ -313,7 +313,7 @@ class Trainer:
         threads = self.cfg.train.threads
         limits = threadpool_limits(threads, user_api="blas") if threads else nullcontext()
         try:
-            with limits, Interrupts(self.world.main) as self.interrupts:
+            with limits, Interrupts(self.world.main, self.world.size) as self.interrupts:
                 return self._run(final_eval)
         except Interrupted as e:
             if self.world.main and not e.message:  # stopped where it was
@@ -328,13 +328,12 @@ class Trainer:
         if self.world.main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_config(self.run_dir, cfg.to_dict())
-        if self.step == 0:
-            lines = report.header(
-                cfg, self.task, self.model, len(self.sampler), self.run_dir, self.world.size
-            )
-            for line in [*lines, *self.task.notes()]:  # the run, then what the data told
-                self.echo(line)
-        else:
+        lines = report.header(
+            cfg, self.task, self.model, len(self.sampler), self.run_dir, self.world.size
+        )
+        for line in [*lines, *self.task.notes()]:  # the run, then what the data told
+            self.echo(line)
+        if self.step:
             self.echo(f"resuming {cfg.name} at step {self.step} from {self.last_checkpoint}")
         t_start = self.t_start = time.perf_counter()
         self.interrupts.phase = "steps"
@@ -452,7 +451,7 @@ class Trainer:
                 refresh=False,
             )
             if not self.progress:
-                self._line(bar, report.train_line(r, t.steps, self.smoothed))
+                self._line(bar, report.train_line(r, t.steps, self.smoothed, self.task.shown_train))
             self.window = Window()
         if ((t.eval_every and s % t.eval_every == 0) or last) and self.world.main:
             n_valid = self.task.sizes()["valid"]

@@ -106,14 +106,15 @@ def step_prefix(step: int, steps: int) -> str:
     return f"step {step:>{len(str(steps))}}/{steps}"
 
 
-def train_line(rec: dict, steps: int, smoothed: bool = False) -> str:
-    """The periodic line of a "train" record of metrics.jsonl (``smoothed``: see
-    ``metrics_text``); in mixed precision, the loss scale and the steps it skipped."""
+def train_line(rec: dict, steps: int, smoothed: bool = False, keys=("loss", "ppl")) -> str:
+    """The periodic line of a "train" record of metrics.jsonl: its ``keys`` (the task's
+    ``shown_train``; ``smoothed``: see ``metrics_text``), the learning rate, the gradient
+    norm and the speed; in mixed precision, the loss scale and the steps it skipped."""
     scaling = ""
     if "loss_scale" in rec:
         scaling = f"loss scale {rec['loss_scale']:.3g}, {rec['skipped_steps']} skipped | "
     return (
-        f"{step_prefix(rec['step'], steps)} | {metrics_text(rec, ('loss', 'ppl'), smoothed)} | "
+        f"{step_prefix(rec['step'], steps)} | {metrics_text(rec, keys, smoothed)} | "
         f"lr {rec['lr']:.2e} | "
         f"grad norm {rec['grad_norm']:.3g} | {scaling}{rec['tokens_per_s']:,.0f} tok/s | "
         f"{clock(rec['elapsed'])}"

@@ -11,6 +11,7 @@ from scratchformer.checkpoint import save_checkpoint
 from scratchformer.cli import main
 from scratchformer.data import Vocab, WhitespaceTokenizer
 from scratchformer.decode import DecodeError, beam_search, translate, translate_nbest
+from scratchformer.decode.translate import loop_hint, loops
 from scratchformer.distributed import World
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran"]
@@ -186,3 +187,25 @@ def test_ranks_share_the_decoding_and_each_returns_every_output(model_and_tokeni
         )  # fmt: skip
         assert out == alone
     assert sum(ticks) == len(sources)  # rank 0's bar stands for every rank's work
+
+
+@pytest.mark.parametrize(
+    "text, looping",
+    [
+        ("the earth the earth the earth the earth the earth", True),
+        ("and and and and and", True),
+        ("a b c a b c a b c a b c a b c", True),
+        ("and and and and", False),  # four times: not yet
+        ("the earth was without form and void", False),
+        ("", False),
+    ],
+)
+def test_an_output_that_loops_is_found(text, looping):
+    assert loops(text) is looping
+
+
+def test_the_loop_hint_counts_and_advises():
+    assert loop_hint(0, 9) is None
+    hint = loop_hint(2, 9)
+    assert hint.startswith("note: 2 of 9 outputs repeat a word or phrase 5 or more times")
+    assert "undertrained" in hint and "--steps" in hint

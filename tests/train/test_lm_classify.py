@@ -58,6 +58,8 @@ def test_classifier_reports_accuracy_beside_the_majority_baseline(tmp_path):
     share = max(labels.count(lab) for lab in set(labels)) / len(labels)
     assert t["largest_class"] == share
     test_line = next(line for line in lines if line.endswith("<- the final model"))
+    step_lines = [line for line in lines if line.startswith("step ")]
+    assert step_lines and not [line for line in step_lines if "ppl" in line]  # no perplexity
     assert f"training set's majority class {100 * t['majority_baseline']:.2f}% (" in test_line
     assert f"this set's largest class {100 * share:.2f}% ('{t['largest_class_name']}')" in (
         test_line

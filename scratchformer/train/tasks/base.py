@@ -200,7 +200,9 @@ class Task:
         return self.evaluate(model, "test", max_tokens), []
 
     # -- reporting ---------------------------------------------------------------------------
-    #: metric keys shown (in this order) after a validation and for the test set
+    #: metric keys shown (in this order) in the step lines, after a validation and for
+    #: the test set
+    shown_train: tuple = ("loss", "ppl")
     shown_valid: tuple = ("loss", "ppl")
     shown_test: tuple = ("loss", "ppl")
 
