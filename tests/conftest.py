@@ -115,10 +115,11 @@ def pytest_terminal_summary(terminalreporter):
     for (reason, backend), n in sorted(counts.items()):
         where = "" if backend == "numpy" else " on cupy"
         terminalreporter.write_line(f"{n} skipped{where}: {reason}")
-    deselected = len(terminalreporter.stats.get("deselected", []))
-    if deselected and "not slow" in (terminalreporter.config.option.markexpr or ""):
+    deselected = terminalreporter.stats.get("deselected", [])
+    slow = sum(1 for item in deselected if item.get_closest_marker("slow"))
+    if slow and "not slow" in (terminalreporter.config.option.markexpr or ""):
         terminalreporter.write_line(
-            f"{deselected} deselected: the checks marked slow (python -m pytest -m slow runs them)"
+            f"{slow} deselected: the checks marked slow (python -m pytest -m slow runs them)"
         )
     note = pytest_report_header(terminalreporter.config)  # -q hides the header
     if note:

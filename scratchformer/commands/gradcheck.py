@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import difflib
-import math
+import statistics
 import sys
 import time
 
@@ -173,21 +173,23 @@ def _bounded_model(args, norm: str, how: str):
 def _pass_seconds(model, dtype) -> tuple[float, float, float]:
     """``(copy, forward, backward)``: seconds to copy ``model`` into ``dtype`` and of one
     forward and one backward pass of that copy on the demo batch, which is what the check
-    runs (the best of two, after one to warm up)."""
+    runs (the median of three, after one to warm up: a typical pass, as the check's
+    thousands are, not the luckiest)."""
     t0 = time.perf_counter()
     m = copy.deepcopy(model).astype(dtype)
     copied = time.perf_counter() - t0
     batch = [backend.asarray(a) for a in demo_batch(model.config.vocab_size)]
-    forward = backward = math.inf
-    for i in range(3):
+    forward, backward = [], []
+    for i in range(4):
         t0 = time.perf_counter()
         _, cache = m.loss_forward(*batch, rng=device.generator(0))
         t1 = time.perf_counter()
         m.zero_grad()
         m.loss_backward(cache)
         if i:
-            forward, backward = min(forward, t1 - t0), min(backward, time.perf_counter() - t1)
-    return copied, forward, backward
+            forward.append(t1 - t0)
+            backward.append(time.perf_counter() - t1)
+    return copied, statistics.median(forward), statistics.median(backward)
 
 
 def duration(seconds: float) -> str:
