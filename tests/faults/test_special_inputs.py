@@ -318,6 +318,9 @@ import sys
 import time
 
 LOADING = sys.argv.pop(1)
+# Ctrl-C as a terminal's shell leaves it for a command (a job started in the background
+# inherits it ignored, and the program then rightly ignores it too)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class CtrlC:
@@ -358,8 +361,10 @@ def _program() -> list:
 #: entry point is about to be called (Python's own start-up, before it, is not ours)
 _STARTED = """
 import os
+import signal
 import sys
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
 from scratchformer.__main__ import main
 
 os.write(int(sys.argv.pop(1)), b"x")
