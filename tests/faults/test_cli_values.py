@@ -15,6 +15,7 @@ the traceback instead. ``SCRATCHFORMER_BACKEND`` naming a backend that cannot st
 refused by the command line in one line, while the tests still run (on NumPy).
 """
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -85,8 +86,12 @@ def test_a_backend_that_cannot_start_is_refused_in_one_line():
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("scratchformer gradcheck: error: SCRATCHFORMER_BACKEND=cupy:")
-    # with CuPy missing, or installed without a GPU: both CuPy extras are named
-    assert "'scratchformer[cuda12]'" in lines[0] and "'scratchformer[cuda13]'" in lines[0]
+    if importlib.util.find_spec("cupy") is None:  # CuPy missing: both extras are named
+        assert "'scratchformer[cuda12]'" in lines[0] and "'scratchformer[cuda13]'" in lines[0]
+    else:  # installed without a GPU: which CUDA it is for, CuPy's reason, the docs page
+        assert "no usable GPU for the cupy backend: CuPy " in lines[0]
+        assert lines[0].endswith("which CuPy suits which driver: docs/gpu.md")
+        assert len(lines[0]) < 300, len(lines[0])
     assert _run(["--backend", "numpy", "--version"], "cupy").returncode == 0  # named: fine
 
 
