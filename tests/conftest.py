@@ -19,7 +19,7 @@ from scratchformer import kernels
 
 pytest_plugins = ["mpi_jobs"]  # the fixtures of the tests that start mpiexec
 
-# The writer's ledger of the files it wrote (scratchformer/writer.py) in a folder of this
+# The writer's ledger of the files it wrote (scratchformer/writer/) in a folder of this
 # test run's, never the user's ~/.local/state (subprocesses inherit it)
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="scratchformer-tests-state-")
 

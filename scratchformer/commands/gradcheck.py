@@ -222,12 +222,7 @@ class Clock:
 
     def watch(self, show):
         """The progress callback for a stage shown by ``show`` (a bar or a ticker)."""
-
-        def tick(n: int) -> None:
-            show.update(n)
-            self._check(show)
-
-        return tick
+        return lambda n: (show.update(n), self._check(show))
 
     def _check(self, show) -> None:
         if not self.warned and self.elapsed() > 2 * self.estimate:
@@ -240,8 +235,7 @@ class Clock:
                 sys.stderr,
             )
 
-    def took(self) -> str:
-        """``"6.4 s; estimated 4.1 s"``."""
+    def took(self) -> str:  # "6.4 s; estimated 4.1 s"
         return f"{duration(self.elapsed())}; estimated {duration(self.estimate)}"
 
 

@@ -27,8 +27,10 @@ output needs ``--overwrite``. Files in a folder the program owns (a run director
 set's folder, the exercises folder) are judged by that folder's rules instead (a run's
 lock and config, a data command's comparison of content).
 
-tests/test_writer.py keeps it so: no module but this one opens a file for writing, writes
-a path, saves arrays or a figure, copies or renames a file.
+Its parts: ``ledger`` (what a path is, and which files the program wrote), ``plan``
+(a command's outputs, checked before any work), and this module, the writing itself.
+tests/test_writer.py keeps it so: no module outside this package opens a file for
+writing, writes a path, saves arrays or a figure, copies or renames a file.
 """
 
 from __future__ import annotations
@@ -41,249 +43,21 @@ import secrets
 import shutil
 import stat
 from pathlib import Path
-from typing import NamedTuple
 
-from scratchformer.errors import ScratchformerError
-
-try:
-    import fcntl  # POSIX advisory locks (the ledger's)
-except ImportError:  # pragma: no cover - not POSIX: the ledger is used unlocked
-    fcntl = None
+from scratchformer.writer.ledger import (
+    WriteError,
+    _remember,
+    identity,
+    inside,
+    ledger_path,
+    regular,
+    remember,
+    written_as,
+)
+from scratchformer.writer.plan import Plan, Target, _target
 
 #: the name of an unfinished write's temporary file (the target's name inside)
 TEMPORARY_RE = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{12}\.tmp$")
-
-
-class WriteError(ScratchformerError):
-    """A command was asked to write where it would destroy something."""
-
-
-# -- what a path is ------------------------------------------------------------------------
-def identity(path) -> tuple[int, int] | None:
-    """``(device, inode)`` of the file ``path`` names, links resolved (or of the open file
-    descriptor ``path``, an int); None when there is none."""
-    try:
-        st = os.fstat(path) if isinstance(path, int) else os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return st.st_dev, st.st_ino
-
-
-def regular(path) -> bool:
-    """Whether ``path`` (or the open file descriptor ``path``) is a regular file."""
-    try:
-        st = os.fstat(path) if isinstance(path, int) else os.stat(path)
-    except (OSError, ValueError):
-        return False
-    return stat.S_ISREG(st.st_mode)
-
-
-def _stamp(path) -> tuple[int, int, int, int] | None:
-    """``(device, inode, size, mtime_ns)`` of a regular file, links resolved."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
-
-
-def inside(path: Path, folder: Path) -> bool:
-    """Whether ``path`` (its links resolved) lies in ``folder`` (its links resolved)."""
-    try:
-        Path(os.path.realpath(path)).relative_to(os.path.realpath(folder))
-    except ValueError:
-        return False
-    return True
-
-
-# -- the ledger of what was written, by role -------------------------------------------------
-def ledger_path() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(state) / "scratchformer" / "written.json"
-
-
-@contextlib.contextmanager
-def _ledger(update: bool):
-    """The ledger as a dict (``"dev:ino" -> [role, path, size, mtime_ns]``), locked while
-    open; written back when ``update``. An unreadable or unwritable ledger is empty."""
-    path = ledger_path()
-    entries: dict = {}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:
-        yield entries
-        return
-    with os.fdopen(fd, "r+", encoding="utf-8") as f:
-        try:
-            if fcntl is not None:
-                fcntl.flock(f, fcntl.LOCK_EX)
-            text = f.read()
-            loaded = json.loads(text) if text.strip() else {}
-            entries.update(loaded if isinstance(loaded, dict) else {})
-        except (OSError, ValueError):
-            entries.clear()
-        yield entries
-        if update:
-            with contextlib.suppress(OSError):
-                f.seek(0)
-                f.truncate()
-                f.write(json.dumps(entries))
-                f.flush()
-
-
-def _key(stamp) -> str:
-    return f"{stamp[0]}:{stamp[1]}"
-
-
-def written_as(path) -> str | None:
-    """The role the program wrote the regular file ``path`` for, if it did and the file
-    has not changed since; else None."""
-    stamp = _stamp(path)
-    if stamp is None:
-        return None
-    with _ledger(False) as entries:
-        entry = entries.get(_key(stamp))
-    if not isinstance(entry, list) or len(entry) != 4 or entry[2:] != list(stamp[2:]):
-        return None
-    return entry[0]
-
-
-def remember(path, role: str) -> None:
-    """Note in the ledger that the program wrote ``path`` for ``role`` (it may replace it
-    for the same role later)."""
-    _remember(Path(path), role)
-
-
-def _remember(path: Path, role: str) -> None:
-    stamp = _stamp(path)
-    if stamp is None:
-        return
-    with _ledger(True) as entries:
-        for key in [k for k, e in entries.items() if not _current(k, e)]:
-            del entries[key]  # files gone or changed since
-        entries[_key(stamp)] = [role, str(Path(path).resolve()), stamp[2], stamp[3]]
-
-
-def _current(key: str, entry) -> bool:
-    if not isinstance(entry, list) or len(entry) != 4:
-        return False
-    stamp = _stamp(entry[1])
-    return stamp is not None and _key(stamp) == key and list(stamp[2:]) == entry[2:]
-
-
-# -- a command's plan ----------------------------------------------------------------------
-class Target(NamedTuple):
-    """An output a ``Plan`` accepted: where, as what, in which folder."""
-
-    path: Path
-    role: str | None = None
-    owner: Path | None = None
-
-
-def _target(where, role=None, owner=None) -> Target:
-    if isinstance(where, Target):
-        return where
-    return Target(Path(where), role, owner)
-
-
-class Plan:
-    """What one command reads (``inputs``: ``[(what, path)]``, or a path or open file
-    descriptor; 0 for standard input) and writes (``output``, one call per output, before
-    any work is done). ``overwrite``: the user's ``--overwrite``, which lets an existing
-    foreign file be replaced, never an input."""
-
-    def __init__(self, command: str, inputs=(), overwrite: bool = False):
-        self.command = command
-        self.inputs = [(what, p) for what, p in inputs if p is not None]
-        self.overwrite = overwrite
-
-    def output(
-        self,
-        path,
-        role: str,
-        *,
-        flag: str | None = None,
-        owner: Path | None = None,
-        suffix: str | None = None,
-        protected=None,
-    ) -> Target:
-        """Check that the command may write ``path`` (its ``role``: "plot schedule",
-        "translate --output"; ``flag`` the option that named it; ``owner`` the folder it
-        belongs to; ``suffix`` the name's ending it must have, ".npz" or ".png", or "text":
-        not ".npz"; ``protected(path)``: what the file is when it belongs to something,
-        a run's checkpoint say, "" otherwise) and return it as a Target for the writers.
-        Raises WriteError in one line."""
-        path = Path(path)
-        name = f"{flag} {path}" if flag else str(path)
-        self._not_an_input(path, name)
-        if path.is_dir():
-            raise WriteError(f"{name} is a directory: name the file to write")
-        if suffix == "text" and path.suffix.lower() == ".npz":
-            raise WriteError(f"{name}: an .npz name is a checkpoint's; this output is text")
-        if suffix not in (None, "text") and path.suffix.lower() != suffix:
-            kind = {".npz": "a checkpoint"}.get(suffix, f"a {suffix[1:].upper()} file")
-            raise WriteError(f"{name} should end in {suffix}: this output is {kind}")
-        parent = path.parent
-        while not parent.exists() and parent != parent.parent:
-            parent = parent.parent
-        if not parent.is_dir():
-            raise WriteError(f"{name}: {parent} is not a directory")
-        if owner is not None and (path.is_symlink() or path.exists()) and not inside(path, owner):
-            raise WriteError(
-                f"{name} leads out of {owner} (a link to {os.path.realpath(path)}): it would be "
-                "written there; remove the link"
-            )
-        target = Target(path, role, owner)
-        if not path.exists() or not regular(path) or self.overwrite:
-            return target
-        belongs = protected(Path(os.path.realpath(path))) if protected is not None else ""
-        if belongs:
-            raise WriteError(
-                f"{name} is {belongs}: name another file, or pass --overwrite to replace it"
-            )
-        earlier = written_as(path)
-        if earlier == role:
-            return target  # the program's own earlier output of this kind
-        what = f"written by scratchformer as {earlier}" if earlier else "not written by this output"
-        also = f" (a link to {os.path.realpath(path)})" if path.is_symlink() else ""
-        raise WriteError(
-            f"{name} exists ({what}){also}: name another file, or pass --overwrite to replace it"
-        )
-
-    def standard_output(self) -> None:
-        """Refuse a standard output that is one of the inputs (``cmd < f > f``: the shell
-        emptied it before the command started; ``>> f``: the output would grow the file
-        it reads). A terminal or a pipe is never an input."""
-        if not regular(1):
-            return
-        mine = identity(1)
-        for what, p in self.inputs:
-            if identity(p) == mine:
-                why = (
-                    "the shell emptied it before this command started"
-                    if os.fstat(1).st_size == 0
-                    else "the output would be written into the file it reads"
-                )
-                which = "standard input" if p == 0 else f"the {what} file {p}"
-                raise WriteError(
-                    f"standard output is {which}: {why}; write the output to another file"
-                )
-
-    def _not_an_input(self, path: Path, name: str) -> None:
-        mine = identity(path) if regular(path) else None
-        if mine is None:
-            return
-        for what, p in self.inputs:
-            if identity(p) == mine:
-                same = "" if p == 0 or Path(str(p)) == path else f" ({p})"
-                which = "standard input" if p == 0 else f"the {what} file{same}"
-                raise WriteError(
-                    f"{name} is {which}: it would be destroyed while it is read; write to "
-                    "another file"
-                )
 
 
 # -- writing -------------------------------------------------------------------------------
@@ -647,6 +421,41 @@ __all__ = [
     "remember",
     "remove_temporaries",
     "replacing",
+    "temporary_name",
+    "write_bytes",
+    "write_figure",
+    "write_json",
+    "write_npz",
+    "write_text",
+    "written_as",
+]
+
+
+__all__ = [
+    "TEMPORARY_RE",
+    "FileSet",
+    "Plan",
+    "Target",
+    "WriteError",
+    "append_text",
+    "clear_if",
+    "create_temporary",
+    "create_text",
+    "devnull_descriptor",
+    "discard",
+    "fill",
+    "fill_closed_standard_streams",
+    "identity",
+    "inside",
+    "install",
+    "ledger_path",
+    "move",
+    "open_lock",
+    "regular",
+    "remember",
+    "remove_temporaries",
+    "replacing",
+    "savez",
     "temporary_name",
     "write_bytes",
     "write_figure",
