@@ -40,6 +40,7 @@ from task_data import run_config, write_toml
 
 from scratchformer.checkpoint import list_checkpoints, load_checkpoint
 from scratchformer.train import TrainConfig
+from scratchformer.train.final import averaging_window
 from scratchformer.train.rundir import RunLock
 from scratchformer.train.tasks import TASKS
 
@@ -120,9 +121,12 @@ def test_a_run_that_ends_by_itself_is_judged_and_released(
         last = last_step(run / "metrics.jsonl")
         saved = [s for s in range(5, last, 5)] + [last]
     assert steps_saved(run) == saved
-    assert kinds(run).count("test") == (2 if len(saved) > 1 else 1)  # last, and averaged
+    # the average takes the checkpoints of the last 20% of the steps: two or more of them
+    averaged = len(averaging_window([(s, None) for s in saved], 2, saved[-1])) > 1
+    assert kinds(run).count("test") == (2 if averaged else 1)  # last, and averaged
     assert "test set: 8 examples never seen in training" in job.out.read_text()
-    assert (run / "checkpoints" / "averaged.npz").is_file()
+    assert (run / "checkpoints" / "averaged.npz").is_file() == averaged
+    assert (run / "checkpoints" / "final.npz").is_file()
     assert_released(run)
     assert "error" not in job.err.read_text()
 
@@ -148,6 +152,7 @@ def test_the_ranks_share_the_test_decoding_and_judge_as_one_process(mpi, tmp_pat
         m, _ = task.test(model, cfg.train.max_tokens, cfg.train.examples, cfg.seed)
         m = {k: v for k, v in m.items() if k not in timing}
         alone.append({"kind": "test", "step": 12, "model": which, **m})
+    assert sum(r.pop("final") for r in judged) == 1  # one of the two is the final model
     assert judged == alone
     assert job.out.read_text().count("test set: 8 examples never seen") == 1  # rank 0 speaks
 
