@@ -479,6 +479,21 @@ def results(name: str, text: str, logs: Path) -> dict:
             for k, v in g.items():
                 total[k] = round(total.get(k, 0) + v, 2)
         out = {"groups": groups, "total": total, "interrupted": "KeyboardInterrupt" in text}
+        runs = sum(1 for line in text.splitlines() if line.startswith("$ "))
+        if runs > len(groups):  # the last run was killed before its counts: its progress
+            last = text.rsplit("\n$ ", 1)[-1]
+            marks = "".join(
+                m.group(1) for m in re.finditer(r"^([.FEsxX]+)\s*(?:\[\s*\d+%\])?$", last, re.M)
+            )
+            names = {
+                ".": "passed",
+                "F": "failed",
+                "E": "error",
+                "s": "skipped",
+                "x": "xfailed",
+                "X": "xpassed",
+            }
+            out["cut_run_progress"] = {v: marks.count(k) for k, v in names.items() if k in marks}
     if name == "decode":  # "  beam 4, kv cache    60.6 ms/sentence  (0.242 s for 4)"
         for m in re.finditer(r"^  (\S.*?)\s+([\d.]+) ms/sentence", text, re.M):
             out[m.group(1)] = {
@@ -626,7 +641,9 @@ class Run:
                             else f"the stage's limit of {stage.limit} s"
                         )
                         _stop(p)
-                        f.write(f"\n(stopped at {cut}: Ctrl-C, then killed after {CUT_WAIT} s)\n")
+                        f.write(
+                            f"\n(stopped at {cut}: Ctrl-C, a kill {CUT_WAIT} s later if needed)\n"
+                        )
                         break
                     if now - said >= REFRESH:
                         f.flush()
@@ -669,10 +686,12 @@ class Run:
 
 
 def _stop(p: subprocess.Popen) -> None:
-    """Ctrl-C to the command's process group (pytest prints its summary, a training run
-    saves), then a kill if it is still running after CUT_WAIT seconds."""
+    """Ctrl-C to the command itself (pytest prints its counts so far, a training run
+    saves; its own children are left alone, so that a test's subprocess is not failed by
+    it), then a kill of its whole process group if it is still running after CUT_WAIT
+    seconds (a test may hold Ctrl-C for a training run of its own)."""
     try:
-        os.killpg(p.pid, signal.SIGINT)
+        os.kill(p.pid, signal.SIGINT)
         p.wait(CUT_WAIT)
     except subprocess.TimeoutExpired:
         _kill_group(p)
