@@ -373,7 +373,7 @@ def stages(quick: bool, work: Path, data: Path) -> dict[str, Stage]:
         first_steps, more = ["--steps", "4"], ["--steps", "6"]
         reserve, resume_s = 30, 20
     else:
-        small, first_steps, more, reserve, resume_s = [], [], [], 60, 10
+        small, first_steps, more, reserve, resume_s = [], [], [], 70, 10
     bible = [
         *sf,
         "train",
@@ -707,6 +707,19 @@ def _kill_group(p: subprocess.Popen) -> None:
         pass
 
 
+def _nvidia_smi() -> str | None:
+    """The GPUs as nvidia-smi names them (name, driver, memory), without starting CuPy;
+    None where there is no nvidia-smi."""
+    try:
+        p = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p.stdout.strip() or p.stderr.strip()[-200:] or None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -757,6 +770,7 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown stages {unknown}: choose from {', '.join(plans)}")
     run = Run(out, work, plan, budget, args.call, args.quick)
+    run.summary["nvidia_smi"] = _nvidia_smi()
     print(f"plan: {', '.join(plan)} within {budget:g} s; work folder {work}", flush=True)
     run.refresh()
     for name in plan:
