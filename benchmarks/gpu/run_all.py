@@ -315,31 +315,10 @@ def stages(quick: bool, work: Path, data: Path) -> dict[str, Stage]:
 
     def speed(tokens: str, json_name: str) -> list:
         size = (
-            [
-                "--configs",
-                "tiny",
-                "--tokens",
-                "256",
-                "--repeats",
-                "2",
-                "--warmup",
-                "1",
-                "--no-tf32",
-                "--no-torch",
-            ]
+            "--configs tiny --tokens 256 --repeats 2 --warmup 1 --no-tf32 --no-torch"
             if quick
-            else [
-                "--configs",
-                "small",
-                "base",
-                "--tokens",
-                tokens,
-                "--warmup",
-                "2",
-                "--repeats",
-                "6",
-            ]
-        )
+            else f"--configs small base --tokens {tokens} --warmup 2 --repeats 6"
+        ).split()
         return [[PY, str(HERE / "speed.py"), *size, "--json", str(logs / json_name)]]
 
     steps = 20 if quick else 300
@@ -354,22 +333,10 @@ def stages(quick: bool, work: Path, data: Path) -> dict[str, Stage]:
     # the final evaluation and the resume), then a resume of a few steps
     if quick:
         data = _quick_pairs(work / "quick-pairs")
-        small = [
-            "--max-tokens",
-            "300",
-            "--accum-steps",
-            "1",
-            "--set",
-            "task.vocab_size=0",
-            "--set",
-            "model.N=1",
-            "--set",
-            "model.d_model=32",
-            "--set",
-            "model.d_ff=64",
-            "--set",
-            "model.h=2",
-        ]
+        small = (
+            "--max-tokens 300 --accum-steps 1 --set task.vocab_size=0 --set model.N=1 "
+            "--set model.d_model=32 --set model.d_ff=64 --set model.h=2"
+        ).split()
         first_steps, more = ["--steps", "4"], ["--steps", "6"]
         reserve, resume_s = 30, 20
     else:
