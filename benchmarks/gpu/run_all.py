@@ -1,7 +1,7 @@
 """Everything a first GPU run must prove, in two planned calls of the device machine,
 each writing one log tarball and ``summary.json`` into OUT as every stage ends:
 
-    benchmarks/gpu/run_all.sh OUT --call 1       # ~5.5 min: the proof and must-show 3
+    benchmarks/gpu/run_all.sh OUT --call 1       # ~5.5 min: the proof and the speed rows
     benchmarks/gpu/run_all.sh OUT --call 2       # ~4 min: the rest
     benchmarks/gpu/run_all.sh OUT --stages a,b   # hand-picked, in the order given
 
@@ -16,7 +16,7 @@ Call 1 (``--budget`` 330 s by default):
                 every kernel of the seam against its reference (kernels --check)
     host_reads  training and decoding steps with CuPy's synchronisation forbidden
                 (cupyx.allow_synchronize(False)): none may read back
-    speed       must-show 3: ours against PyTorch eager on the same GPU, ``small`` and
+    speed       ours against PyTorch eager on the same GPU, ``small`` and
                 ``base`` at 25,000 tokens, fp32 and TF32 (benchmarks/gpu/speed.py)
     tests       the CuPy tests that matter most, most important first, in groups (a
                 cut keeps the groups before it): kernels, device, ops, optim; the
