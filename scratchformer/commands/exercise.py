@@ -24,9 +24,9 @@ from pathlib import Path
 
 from scratchformer.commands import COUNT, plural
 from scratchformer.errors import ConfigError
-from scratchformer.exercises import EXERCISES, exercise, files, training
-from scratchformer.exercises.grade import PASSING, grade, report
-from scratchformer.exercises.spec import DERIVATIONS, LearnerError
+from scratchformer.exercises import EXERCISES, exercise, files, isolate, training
+from scratchformer.exercises.grade import PASSING, report
+from scratchformer.exercises.spec import DERIVATIONS, new_seed
 from scratchformer.train.config import override_value, set_dotted
 
 
@@ -46,12 +46,30 @@ def add_parser(sub) -> None:
         )
         return q
 
-    q = with_dir(steps.add_parser("list", help="the exercises and where you stand on each"))
+    def graded(q):
+        q.add_argument(
+            "--seed",
+            type=int,
+            help="the seed of the drawn input shapes (default: a new one each run, printed)",
+        )
+        q.add_argument(
+            "--time-limit",
+            type=float,
+            default=isolate.DEFAULT_LIMIT,
+            metavar="SECONDS",
+            help="stop your code of one exercise after this long "
+            f"(default {isolate.DEFAULT_LIMIT:g})",
+        )
+        return q
+
+    q = graded(with_dir(steps.add_parser("list", help="the exercises and where you stand on each")))
     q.set_defaults(func=run_list)
     q = with_dir(steps.add_parser("start", help="write an exercise's file into your folder"))
     q.add_argument("name", help="the exercise (see: scratchformer exercise list)")
     q.set_defaults(func=run_start)
-    q = with_dir(steps.add_parser("check", help="grade exercises (default: every file started)"))
+    q = graded(
+        with_dir(steps.add_parser("check", help="grade exercises (default: every file started)"))
+    )
     q.add_argument("targets", nargs="*", metavar="NAME|FILE", help="exercise names or files")
     q.set_defaults(func=run_check)
     q = with_dir(steps.add_parser("hint", help="the next hint of an exercise"))
@@ -87,6 +105,7 @@ def _folder(args) -> Path:
 
 def run_list(args) -> int:
     where = _folder(args)
+    args.seed = _seed(args)
     print(f"the exercises, in teaching order (your files: {where}/):")
     w = max(len(name) for name in EXERCISES)
     done, first_new = 0, None
@@ -94,12 +113,13 @@ def run_list(args) -> int:
         path = files.exercise_file(where, ex)
         status, why = "not started", ""
         if path.is_file():
-            status, _, why = _status(ex, path).partition(": ")
+            status, _, why = _status(ex, path, args).partition(": ")
             done += status == PASSING
         else:
             first_new = first_new or ex.name
         print(f"  {i:>2}  {ex.name:<{w}}  {status:<11}  {ex.summary}")
-        if why:
+        if why:  # the first clause: check says the rest
+            why = why.split("; ")[0].split(": the ")[0]
             print(f"      {'':<{w}}  {why}")
     print(f"{done} of {plural(len(EXERCISES), 'exercise')} passing.", end="")
     if first_new:
@@ -109,11 +129,12 @@ def run_list(args) -> int:
     return 0
 
 
-def _status(ex, path: Path) -> str:
-    try:
-        return grade(ex, files.load(path, ex), path).short()
-    except LearnerError as e:
-        return f"broken: {e}"
+def _seed(args) -> int:
+    return args.seed if args.seed is not None else new_seed()
+
+
+def _status(ex, path: Path, args) -> str:
+    return isolate.graded(ex, path, args.seed, args.time_limit).short()
 
 
 def _dir_flag(where: Path) -> str:
@@ -139,16 +160,12 @@ def run_check(args) -> int:
         if not chosen:
             print(f"no exercise started in {where}/: scratchformer exercise start NAME")
             return 0
-    ok = True
+    ok, seed = True, _seed(args)
     for n, (ex, path) in enumerate(chosen):
-        try:
-            g = grade(ex, files.load(path, ex), path)
-        except LearnerError as e:
-            print(f"{ex.name}: {ex.title} ({path})\n  broken: {e}")
-            ok = False
-            continue
+        g = isolate.graded(ex, path, seed, args.time_limit)
         print(("\n" if n else "") + "\n".join(report(g)))
         ok = ok and g.passed
+    print(f"\nshapes drawn with seed {seed}: --seed {seed} draws the same again")
     return 0 if ok else 1
 
 

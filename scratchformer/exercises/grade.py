@@ -27,13 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scratchformer import backend
+from scratchformer.exercises.guard import ChangedInput
 from scratchformer.exercises.spec import (
+    DRAWN,
     MATCH_TOL,
     TOL,
     Exercise,
     LearnerError,
     Mistake,
     NotWritten,
+    drawing,
 )
 from scratchformer.kernels.parity import relative_error
 
@@ -64,6 +67,7 @@ class Grade:
     wrong: list = field(default_factory=list)  # [Wrong]
     diagnosis: list = field(default_factory=list)  # [(Mistake, tensors or None: all)]
     seconds: float = 0.0
+    seed: int | None = None  # the drawn inputs' seed
 
     @property
     def passed(self) -> bool:
@@ -206,12 +210,18 @@ def _entries(name: str, label: str, row) -> Wrong:
 
 
 # -- grading -----------------------------------------------------------------------------
-def grade(ex: Exercise, code: dict, path: Path | None = None, numeric: bool = True) -> Grade:
-    """Grade ``code`` (``{function name: callable}``) for the exercise ``ex``."""
+def grade(
+    ex: Exercise, code: dict, path: Path | None = None, numeric: bool = True, seed=None
+) -> Grade:
+    """Grade ``code`` (``{function name: callable}``) for the exercise ``ex``, on its
+    designed inputs and on those drawn from ``seed`` (None: the designed ones only)."""
     t0 = time.perf_counter()
-    g = Grade(ex, path)
+    g = Grade(ex, path, seed=seed)
     try:
-        _grade(g, ex, code, numeric)
+        with drawing(seed):
+            _grade(g, ex, code, numeric)
+    except ChangedInput as e:
+        g.status, g.message = FAILING, str(e)
     except NotWritten:
         names = " and ".join(ex.functions)
         verb = "is" if len(ex.functions) == 1 else "are"
@@ -265,9 +275,14 @@ def report(g: Grade) -> list[str]:
     if g.status in (BROKEN, NOT_WRITTEN):
         return lines + [f"  {g.status}: {g.message}"]
     if g.rows:
-        inputs = len(ex.case_labels())
+        with drawing(g.seed):
+            labels = ex.case_labels()
+        drawn = sum(label.startswith(DRAWN) for label in labels)
+        inputs = f"{len(labels) - drawn} inputs" + (
+            f" and {drawn} of shapes drawn with --seed {g.seed}" if drawn else ""
+        )
         lines.append(
-            f"  checked on {inputs} inputs against "
+            f"  checked on {inputs} against "
             + ("the engine's Adam" if ex.kind == "optimizer" else "float64 central differences")
             + f" (tolerance {TOL:.0e}):"
         )

@@ -17,9 +17,20 @@ import inspect
 from typing import NamedTuple
 
 from scratchformer import backend, device, kernels
-from scratchformer.backend import xp
+from scratchformer.backend import host_rng, xp
+from scratchformer.exercises import draw
+from scratchformer.exercises.guard import guarded
 from scratchformer.exercises.op import OpExercise, mistake, plugged
-from scratchformer.exercises.spec import TOL, learner_code, needs, rule, source, stub
+from scratchformer.exercises.spec import (
+    TOL,
+    draw_seed,
+    drawn_case,
+    learner_code,
+    needs,
+    rule,
+    source,
+    stub,
+)
 from scratchformer.gradcheck import check_op
 from scratchformer.kernels.cases import Case, Seed, mask, qkv, randn
 from scratchformer.ops import attention as att
@@ -201,6 +212,9 @@ class AttentionExercise(OpExercise):
         r = backend.host_rng(0)
         found = [(c, att.attention_forward, 0) for c in _attention_cases(r, dtype)]
         found += [(c, attention_with_value_term_forward, 1) for c in _value_term_cases(r, dtype)]
+        seed = draw_seed()
+        if seed is not None:
+            found += [(c, att.attention_forward, 0) for c in draw.attention(host_rng(seed), dtype)]
         return found
 
     def _cases(self, dtype: str) -> list[Case]:
@@ -212,14 +226,20 @@ class AttentionExercise(OpExercise):
     def _run(self, code: dict, dtype: str, limit=None, path=None) -> list:
         found = []
         for i, (case, forward, which) in enumerate(self._kinds(dtype)[:limit]):
-            args = [copy.deepcopy(a) if backend.is_array(a) else a for a in case.args]
-            kwargs = {k: device.generator(v.n) if isinstance(v, Seed) else v
-                      for k, v in case.kwargs.items()}  # fmt: skip
-            out, cache = forward(*args, **kwargs)
-            r = backend.host_rng(1000 + i)
-            dout = backend.asarray(r.standard_normal(out.shape), dtype=dtype)
-            with learner_code(path, "attention_core_backward / dot_product_logits_backward"):
-                ret = self._backward(code, which)(dout, cache)
+
+            def make(case=case, forward=forward, which=which, i=i):
+                args = [copy.deepcopy(a) if backend.is_array(a) else a for a in case.args]
+                kwargs = {k: device.generator(v.n) if isinstance(v, Seed) else v
+                          for k, v in case.kwargs.items()}  # fmt: skip
+                out, cache = forward(*args, **kwargs)
+                r = backend.host_rng(1000 + i)
+                dout = backend.asarray(r.standard_normal(out.shape), dtype=dtype)
+                return {"dO": dout, "cache": cache}, lambda: self._backward(code, which)(
+                    dout, cache
+                )
+
+            with drawn_case(case.label):
+                ret = guarded(make, path, "attention_core_backward / dot_product_logits_backward")
             found.append(ret if isinstance(ret, tuple) else (ret,))
         return found
 
@@ -236,7 +256,8 @@ class AttentionExercise(OpExercise):
         found = []
         for case, forward, which in self._kinds("float64"):
             kwargs = {k: v.n if isinstance(v, Seed) else v for k, v in case.kwargs.items()}
-            with learner_code(path, "attention_core_backward / dot_product_logits_backward"):
+            doing = "attention_core_backward / dot_product_logits_backward"
+            with drawn_case(case.label), learner_code(path, doing):
                 report = check_op(forward, self._backward(code, which), *case.args,
                                   tol=TOL, max_entries=None, **kwargs)  # fmt: skip
             for row in report.rows:
@@ -409,6 +430,7 @@ from scratchformer.ops.relative_attention import ShawLogitsCache, relative_index
     given=(rel.gather_relative,),
     solution=(rel.scatter_relative,),
     cases=kernels.table("shaw_logits").cases,
+    drawn=draw.shaw,
     gradients=("dQ", "dK", "dE_k"),
     hints=(
         "Two terms: the content term s Q K^T (as in attention) and the relative term "
@@ -533,6 +555,7 @@ from scratchformer.ops.relative_attention import (
     given=(rel.skew_forward,),
     solution=(rel.skew_backward, rel.scatter_relative),
     cases=kernels.table("skew_logits").cases,
+    drawn=draw.skew,
     gradients=("dQ", "dK", "dE_r"),
     hints=(
         "The content term is attention's: dK = s dZ^T Q and a part s dZ K of dQ. The "

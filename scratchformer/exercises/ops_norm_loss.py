@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from scratchformer import kernels
 from scratchformer.backend import xp
+from scratchformer.exercises import draw
 from scratchformer.exercises.op import XP_IMPORT, OpExercise, mistake, randn, with_cases
 from scratchformer.exercises.spec import always
 from scratchformer.kernels.cases import Case
@@ -78,6 +79,7 @@ mu and var are computed from x: each depends on every entry of its row.""",
 from scratchformer import device  # device.rowdot(a, b) = sum(a * b, -1)
 from scratchformer.ops.layernorm import LayerNormCache""",
     cases=with_cases(kernels.table("layernorm").cases, _layernorm_cases),
+    drawn=draw.layernorm,
     gradients=("dx", "dgamma", "dbeta"),
     hints=(
         "gamma and beta are shared by every row: dgamma and dbeta are sums over the rows "
@@ -159,6 +161,7 @@ Return ``dx`` like x.""",
     imports=f"{XP_IMPORT}\nfrom scratchformer.ops.dropout import DropoutCache",
     given=(dropout.dropout_mask,),
     cases=kernels.table("dropout").cases,
+    drawn=draw.dropout,
     gradients=("dx",),
     hints=(
         "out = x * m with m = mask / (1 - p) fixed by the forward: a constant factor per "
@@ -236,6 +239,7 @@ Return ``dlogits`` (N..., V) like the logits.""",
     given=(loss.smoothing_weights, loss.check_scores),
     solution=(loss.row_factors, loss.subtract_q),
     cases=kernels.table("cross_entropy").cases,
+    drawn=draw.cross_entropy,
     gradients=("dlogits",),
     hints=(
         "Write the loss of one target as -sum_k q_k log P_k, with log P = log-softmax of "

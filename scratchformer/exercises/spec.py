@@ -119,6 +119,48 @@ class Exercise:
         raise KeyError(name)
 
 
+# -- inputs drawn afresh each run -------------------------------------------------------
+#: the label of every drawn input starts with it
+DRAWN = "drawn"
+_DRAW: dict = {"seed": None}
+
+
+def new_seed() -> int:
+    """A seed for the drawn shapes of one run of ``check`` (printed, so it replays)."""
+    return int.from_bytes(os.urandom(4), "little") % 1_000_000
+
+
+@contextlib.contextmanager
+def drawing(seed: int | None):
+    """Every exercise's inputs include shapes drawn from ``seed`` while the context is
+    open (None: the designed inputs only, as the learner's file lists them)."""
+    saved = _DRAW["seed"]
+    _DRAW["seed"] = seed
+    try:
+        yield
+    finally:
+        _DRAW["seed"] = saved
+
+
+def draw_seed() -> int | None:
+    return _DRAW["seed"]
+
+
+@contextlib.contextmanager
+def drawn_case(label: str):
+    """An error of the learner's code on a drawn input says so: the designed inputs
+    passed before it, so a size written into the code is the likely cause."""
+    try:
+        yield
+    except LearnerError as e:
+        if not label.startswith(DRAWN) or "drawn input" in str(e):
+            raise
+        raise type(e)(
+            f"{e} (on the {label}, seed {draw_seed()}: is a size of the other inputs written "
+            "into your code?)"
+        ) from None
+
+
 # -- running a learner's code ------------------------------------------------------------
 def where_in(path: str, tb) -> tuple[int, str] | None:
     """``(line, function)`` of the last frame of ``tb`` in the file ``path``."""
@@ -233,6 +275,11 @@ def rule(title: str) -> str:
 __all__ = [
     "always",
     "DERIVATIONS",
+    "DRAWN",
+    "draw_seed",
+    "drawing",
+    "drawn_case",
+    "new_seed",
     "H",
     "MATCH_TOL",
     "TOL",

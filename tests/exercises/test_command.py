@@ -114,7 +114,9 @@ def test_a_broken_file_gets_one_line(here, capsys, body, expected):
     code, out, err = run(capsys, "check", "layernorm")
     assert code == 1 and err == ""
     assert "Traceback" not in out
-    lines = out.strip().splitlines()
+    report, _, seed = out.strip().rpartition("\n\n")
+    assert seed.startswith("shapes drawn with seed ")  # the last line: how to replay them
+    lines = report.splitlines()
     assert lines[0] == "layernorm: layer norm (exercises/layernorm.py)"
     assert expected in lines[1], out
     assert len(lines) <= 3, out  # the problem, and FAILED for a result of the wrong kind
