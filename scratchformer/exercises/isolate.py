@@ -38,6 +38,10 @@ def _exit_line(e: SystemExit, path: str | None) -> str:
 
 
 def _child(conn, fn, path) -> None:
+    # Ctrl-C is the parent's to handle (it stops this child); a signal to this process
+    # ends it, as it would end a program of the learner's
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         try:
             result = ("ok", fn())
