@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scratchformer import backend
+from scratchformer.exercises import generic
 from scratchformer.exercises.guard import ChangedInput
 from scratchformer.exercises.spec import (
     DRAWN,
@@ -255,9 +256,11 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool) -> None:
         g.rows, g.wrong = _rows_and_wrong(ex.numeric(code))
         if not all(ok for _, _, ok in g.rows):
             g.status = FAILING
+            bad = [name for name, _, ok in g.rows if not ok]
             if not g.diagnosis:
-                bad = [name for name, _, ok in g.rows if not ok]
                 g.diagnosis = diagnose_parts(ex, mine, ref, outputs, bad)
+            # what the numbers themselves say (a sign, a factor, ...) comes first
+            g.diagnosis = generic.diagnose(ex, mine, ref, bad, ex.facts()) + g.diagnosis
             return
     if ex.kind == "layer" and not _all_same(mine, ref):
         g.status = FAILING
@@ -310,6 +313,8 @@ def report(g: Grade) -> list[str]:
 
 
 def _named(mistake: Mistake, tensors) -> list[str]:
+    if mistake.name.startswith("generic:"):  # read off the numbers, not the catalogue
+        return [*_wrap(f"found: {mistake.says}"), *_wrap(f"look for: {mistake.hint}")]
     part = f" (your {', '.join(tensors)})" if tensors else ""
     return [
         *_wrap(f"recognised{part}: {mistake.says}"),

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from scratchformer import backend, device
 from scratchformer.backend import xp
+from scratchformer.exercises import generic
 from scratchformer.exercises.guard import guarded
 from scratchformer.exercises.spec import (
     DRAWN,
@@ -232,6 +233,20 @@ class LayerExercise(Exercise):
                 ret = guarded(make, self._path(code), doing)
                 results.append(self._named(ret, made["m"], made["before"]))
         return results
+
+    def facts(self) -> list[dict]:
+        """Per input, the scales the generic diagnoses name: the batch, the rows, and
+        each attention's 1/sqrt(d_k)."""
+        found = []
+        for i, case in enumerate(self._cases()):
+            m = self._module(case, "float64", seed=100 + i)
+            scales = generic.shape_scales(case.args("float64")[0].shape)
+            for sub in [m, *vars(m).values()]:
+                d_k = getattr(sub, "d_k", None)
+                if isinstance(d_k, int):
+                    scales["1/sqrt(d_k)"] = 1.0 / d_k**0.5
+            found.append({"scales": scales, "ids": None})
+        return found
 
     def _named(self, ret, m: Module, before: dict) -> dict:
         got = tuple(ret) if isinstance(ret, (tuple, list)) else (ret,)

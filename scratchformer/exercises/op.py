@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scratchformer import backend, device, kernels
+from scratchformer.exercises import generic
 from scratchformer.exercises.guard import guarded
 from scratchformer.exercises.spec import (
     TOL,
@@ -167,6 +168,16 @@ class OpExercise(Exercise):
             return {"dout": dout, "cache": cache}, lambda: backward(dout, cache)
 
         return make
+
+    def facts(self) -> list[dict]:
+        """Per input, the scales and ids the generic diagnoses name (generic.py)."""
+        found = []
+        for i, case in enumerate(self._cases("float64")):
+            inputs, _ = self._make(self.backward, case, i, "float64")()
+            fact = generic.cache_facts(inputs["cache"])
+            fact["scales"].update(generic.shape_scales(inputs["dout"].shape))
+            found.append(fact)
+        return found
 
     def _expected(self, dtype: str) -> list[tuple]:
         """Which gradients the engine returns per input (None where an input is absent)."""

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from scratchformer import backend, device, kernels
 from scratchformer.backend import host_rng, xp
-from scratchformer.exercises import draw
+from scratchformer.exercises import draw, generic
 from scratchformer.exercises.guard import guarded
 from scratchformer.exercises.op import OpExercise, mistake, plugged
 from scratchformer.exercises.spec import (
@@ -219,6 +219,17 @@ class AttentionExercise(OpExercise):
 
     def _cases(self, dtype: str) -> list[Case]:
         return [c for c, _, _ in self._kinds(dtype)]
+
+    def facts(self) -> list[dict]:
+        found = []
+        for case, forward, _ in self._kinds("float64"):
+            kwargs = {k: device.generator(v.n) if isinstance(v, Seed) else v
+                      for k, v in case.kwargs.items()}  # fmt: skip
+            out, cache = forward(*case.args, **kwargs)
+            fact = generic.cache_facts(cache)
+            fact["scales"].update(generic.shape_scales(out.shape))
+            found.append(fact)
+        return found
 
     def _backward(self, code: dict, which: int):
         return composed(code["attention_core_backward"], code["dot_product_logits_backward"])[which]

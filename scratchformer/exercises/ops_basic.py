@@ -342,6 +342,10 @@ def _softmax_wrong_axis(dout, cache):
     return (dout - (dout * P).sum(axis=-2, keepdims=True)) * P
 
 
+def _softmax_diagonal(dout, cache):
+    return dout * cache.P * (1.0 - cache.P)
+
+
 def _softmax_per_batch(dout, cache):
     return softmax.softmax_backward(dout, cache) / dout.shape[0]
 
@@ -386,6 +390,14 @@ from scratchformer.ops.softmax import SoftmaxCache""",
             "each P_j depends on every x_i of its row: the Jacobian has an off-diagonal "
             "part, a sum over the row (docs/derivations.md#softmax)",
             _softmax_no_row_sum,
+            softmax.softmax_backward,
+        ),
+        mistake(
+            "diagonal-jacobian",
+            "the Jacobian's diagonal only: dx = dout * P * (1 - P)",
+            "P_j depends on x_i for every i of the row, not only i = j: the off-diagonal "
+            "entries -P_i P_j add a row sum (docs/derivations.md#softmax)",
+            _softmax_diagonal,
             softmax.softmax_backward,
         ),
         mistake(

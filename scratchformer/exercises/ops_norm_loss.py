@@ -17,15 +17,17 @@ from scratchformer.ops import dropout, layernorm, loss
 
 
 # -- layer norm --------------------------------------------------------------------------
-def _ln(dout, cache, *, mean=True, variance=True, gamma=True):
+def _ln(dout, cache, *, mean=True, variance=True, gamma=True, unbiased=False):
     xhat, rstd, g = cache
     d = xhat.shape[-1]
+    # the unbiased variance's 1/(D-1) in the variance term (the forward's is 1/D)
+    per = d / (d - 1) if unbiased else 1.0
     dxhat = dout * g if gamma else dout * 1.0
     dx = dxhat
     if mean:
         dx = dx - dxhat.mean(axis=-1, keepdims=True)
     if variance:
-        dx = dx - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True)
+        dx = dx - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True) * per
     dx = dx * rstd
     dgamma = (dout * xhat).reshape(-1, d).sum(axis=0)
     return dx, dgamma, dout.reshape(-1, d).sum(axis=0)
@@ -45,6 +47,10 @@ def _ln_constants(dout, cache):
 
 def _ln_no_gamma(dout, cache):
     return _ln(dout, cache, gamma=False)
+
+
+def _ln_unbiased(dout, cache):
+    return _ln(dout, cache, unbiased=True)
 
 
 def _layernorm_cases(r, dtype):
@@ -124,6 +130,14 @@ from scratchformer.ops.layernorm import LayerNormCache""",
             _ln_no_gamma,
             layernorm.layernorm_backward,
         ),
+        mistake(
+            "unbiased-variance",
+            "the variance term with 1/(D-1), the unbiased variance, where the forward's is 1/D",
+            "differentiate the variance the forward computed: the mean of the squares, a "
+            "1/D (docs/derivations.md#layer-norm)",
+            _ln_unbiased,
+            layernorm.layernorm_backward,
+        ),
     ),
     uses=always("every LayerNorm: each Add & Norm (and the final norms with pre-LN)"),
 )
@@ -200,6 +214,9 @@ def _ce(dout, cache, *, smoothing="V-1", keep_pad=False, count_all=False, softma
         q = off + onehot * (1.0 - eps - off)
     elif smoothing == "V":
         q = eps / V + onehot * (1.0 - eps)
+    elif smoothing == "V-2":
+        off = eps / (V - 2) if eps else 0.0
+        q = off + onehot * (1.0 - eps - off)
     else:
         q = onehot * 1.0
     keep = xp.ones(target.shape, dtype=bool) if keep_pad else cache.keep
@@ -256,6 +273,14 @@ Return ``dlogits`` (N..., V) like the logits.""",
             "as the forward's _smoothing_weights does "
             "(docs/derivations.md#label-smoothed-cross-entropy)",
             lambda dout, cache: _ce(dout, cache, smoothing="V"),
+            loss.cross_entropy_backward,
+        ),
+        mistake(
+            "eps-over-V-2",
+            "label smoothing with eps/(V-2) instead of eps/(V-1)",
+            "eps is shared by the tokens other than the target: there are V-1 of them, "
+            "not V-2 (docs/derivations.md#label-smoothed-cross-entropy)",
+            lambda dout, cache: _ce(dout, cache, smoothing="V-2"),
             loss.cross_entropy_backward,
         ),
         mistake(

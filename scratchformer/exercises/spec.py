@@ -95,6 +95,11 @@ class Exercise:
         """``[(case label, GradReport)]``: the learner's gradients against the truth."""
         raise NotImplementedError
 
+    def facts(self) -> list[dict]:
+        """Per input, what the generic diagnoses may name: ``{"scales": {name: value},
+        "ids": int array or None}`` (generic.py); none by default."""
+        return []
+
     def plug(self, code: dict):
         """A context manager: ``code`` in place of the engine's while it is open."""
         raise NotImplementedError
