@@ -162,3 +162,47 @@ def test_learner_code_never_ends_the_command(tmp_path, monkeypatch, capsys, body
     assert main(["exercise", "list", "--time-limit", "1"]) == 0
     out = capsys.readouterr().out
     assert "relu" in out and "broken" in out and "of 17 exercises passing" in out
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_no_shortcut_is_seen_in_the_files_start_and_solution_write(name):
+    from scratchformer.exercises import shortcuts
+
+    ex = EXERCISES[name]
+    assert shortcuts.find(ex, ex.file_text(), f"{name}.py") == ""
+    assert shortcuts.find(ex, ex.solution_text(), f"{name}.py") == ""
+
+
+SHORTCUTS = [
+    ("linear", "from scratchformer.ops.linear import linear_backward as _engine\n",
+     "    return _engine(dout, cache)\n", "imports the engine's own linear_backward"),
+    ("linear", "from scratchformer import kernels\n",
+     "    return kernels.linear.backward(dout, cache)\n", "calls the engine's kernels.linear.backward"),  # noqa: E501
+    ("ffn", "from scratchformer.nn.layers import PositionwiseFeedForward as F\nengine = F.backward\n",  # noqa: E501
+     "    return engine(self, dout, cache)\n", "own PositionwiseFeedForward.backward"),  # noqa: E501
+    ("relu", "", "    import torch\n    return dout\n", "imports torch, which differentiates"),
+    ("relu", "", "    from scratchformer.gradcheck import numeric_gradient\n    return dout\n",
+     "imports the gradient checker"),
+    ("relu", "", "    return (relu_forward(cache.positive + 1e-6)[0] - 0) * dout\n",
+     "relu_backward calls the forward (relu_forward): finite differences"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, head, body, says", SHORTCUTS)
+def test_a_shortcut_passes_nothing_and_is_named(
+    tmp_path, monkeypatch, capsys, name, head, body, says
+):
+    from scratchformer.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["exercise", "start", name]) == 0
+    path = tmp_path / "exercises" / f"{name}.py"
+    fn = EXERCISES[name].functions[0]
+    text = path.read_text().replace(
+        f'    raise NotImplementedError("{fn}: not written yet")\n', body
+    )
+    path.write_text(text.replace("EXERCISE = ", head + "EXERCISE = ", 1))
+    capsys.readouterr()
+    assert main(["exercise", "check", name]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert says in out and "proves nothing" in out and "FAILED" in out, out
