@@ -20,6 +20,7 @@ of yours is never overwritten, and your progress is what checking them says.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from scratchformer.commands import COUNT, plural
@@ -74,9 +75,17 @@ def add_parser(sub) -> None:
     q.set_defaults(func=run_check)
     q = with_dir(steps.add_parser("hint", help="the next hint of an exercise"))
     q.add_argument("name")
+    q.add_argument(
+        "--spoil",
+        action="store_true",
+        help="show the last hint, which gives the formula away (asked for, never by default)",
+    )
     q.set_defaults(func=run_hint)
     q = steps.add_parser("solution", help="the engine's code of an exercise and its derivation")
     q.add_argument("name")
+    q.add_argument(
+        "--yes", action="store_true", help="print the answer without asking (for scripts)"
+    )
     q.set_defaults(func=run_solution)
     q = with_dir(
         steps.add_parser(
@@ -100,6 +109,11 @@ def add_parser(sub) -> None:
 
 
 def _folder(args) -> Path:
+    """The learner's folder; run from inside it (no exercises/ here, and this folder is
+    called exercises), the folder itself."""
+    where = Path(args.dir)
+    if args.dir == files.DEFAULT_DIR and not where.exists() and Path.cwd().name == args.dir:
+        return files.folder(".")
     return files.folder(args.dir)
 
 
@@ -108,13 +122,15 @@ def run_list(args) -> int:
     args.seed = _seed(args)
     print(f"the exercises, in teaching order (your files: {where}/):")
     w = max(len(name) for name in EXERCISES)
-    done, first_new = 0, None
+    done, first_new, first_open = 0, None, None
     for i, ex in enumerate(EXERCISES.values(), start=1):
         path = files.exercise_file(where, ex)
         status, why = "not started", ""
         if path.is_file():
             status, _, why = _status(ex, path, args).partition(": ")
             done += status == PASSING
+            if status != PASSING:
+                first_open = first_open or ex.name
         else:
             first_new = first_new or ex.name
         print(f"  {i:>2}  {ex.name:<{w}}  {status:<11}  {ex.summary}")
@@ -122,7 +138,9 @@ def run_list(args) -> int:
             why = why.split("; ")[0].split(": the ")[0]
             print(f"      {'':<{w}}  {why}")
     print(f"{done} of {plural(len(EXERCISES), 'exercise')} passing.", end="")
-    if first_new:
+    if first_open:  # unfinished work comes before a new exercise
+        print(f" Next: scratchformer exercise check {first_open}{_dir_flag(where)}")
+    elif first_new:
         print(f" Next: scratchformer exercise start {first_new}{_dir_flag(where)}")
     else:
         print()
@@ -159,7 +177,7 @@ def run_check(args) -> int:
         chosen = files.started(where)
         if not chosen:
             print(f"no exercise started in {where}/: scratchformer exercise start NAME")
-            return 0
+            return 1
     ok, seed = True, _seed(args)
     for n, (ex, path) in enumerate(chosen):
         g = isolate.graded(ex, path, seed, args.time_limit)
@@ -171,6 +189,13 @@ def run_check(args) -> int:
 
 def run_hint(args) -> int:
     ex = exercise(args.name)
+    if files.shown_hints(_folder(args), ex) == len(ex.hints) - 1 and not args.spoil:
+        print(
+            f"the last hint of {ex.name} ({len(ex.hints)} of {len(ex.hints)}) gives the formula "
+            f"away: 'scratchformer exercise hint {ex.name} --spoil' shows it. Before that: "
+            f"the derivation, {ex.link()}"
+        )
+        return 0
     shown = files.next_hint(_folder(args), ex)
     if shown is None:
         print(
@@ -187,6 +212,12 @@ def run_hint(args) -> int:
 
 def run_solution(args) -> int:
     ex = exercise(args.name)
+    if not args.yes and not _asked(f"print the engine's code for {ex.name}, the answer?"):
+        print(
+            f"not printed: 'scratchformer exercise solution {ex.name} --yes' prints it "
+            "without asking"
+        )
+        return 1
     print(f"# The engine's code for the exercise {ex.name}: a file of yours with this code")
     print("# in place of the body to fill in passes the check.\n")
     print(ex.solution_text())
@@ -195,6 +226,16 @@ def run_solution(args) -> int:
     print(f"# The derivation ({ex.link()}):\n")
     print(derivation(ex.section))
     return 0
+
+
+def _asked(question: str) -> bool:
+    """Yes from the learner at a terminal; no when nobody can answer (a script)."""
+    if not sys.stdin.isatty():
+        return False
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
 
 
 def derivation(anchor: str) -> str:

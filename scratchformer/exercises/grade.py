@@ -267,10 +267,11 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool) -> None:
             g.diagnosis = generic.diagnose(ex, mine, ref, bad, ex.facts()) + g.diagnosis
             return
     if ex.kind == "layer" and not _all_same(mine, ref):
+        lost = [k for k in ref[0] if not _all_same(mine, ref, [k])]
         g.status = FAILING
         g.message = (
-            "the gradients are right but were not added into self.grads (+=): what was "
-            "there before the call was lost"
+            f"the gradients are right but {', '.join(lost[:4]) or 'some'} were not added "
+            "into self.grads (+=): what was there before the call was lost"
         )
 
 
@@ -314,7 +315,8 @@ def report(g: Grade) -> list[str]:
             f"  {wr.tensor} is wrong at {wr.count} of {wr.checked} entries; the largest "
             f"differences (input: {wr.case}):"
         )
-        lines.append(f"    {'entry':<16} {'numeric':>12} {'yours':>12} {'|yours - n|':>12}")
+        truth = "engine" if ex.kind == "optimizer" else "numeric"  # Adam's truth: the engine
+        lines.append(f"    {'entry':<16} {truth:>12} {'yours':>12} {'|yours - n|':>12}")
         for idx, n, a in wr.worst:
             lines.append(f"    {str(idx):<16} {n:>12.5e} {a:>12.5e} {abs(a - n):>12.1e}")
     if g.message:

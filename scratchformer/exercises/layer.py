@@ -249,8 +249,13 @@ class LayerExercise(Exercise):
         return found
 
     def _named(self, ret, m: Module, before: dict) -> dict:
-        got = tuple(ret) if isinstance(ret, (tuple, list)) else (ret,)
         fn = self.methods[0].name
+        if isinstance(ret, list):
+            raise LearnerError(
+                f"{fn} returned a list: return an array, or a tuple of them "
+                f"({', '.join(self.inputs)})"
+            )
+        got = tuple(ret) if isinstance(ret, tuple) else (ret,)
         if len(got) != len(self.inputs):
             want = ", ".join(self.inputs)
             raise LearnerError(

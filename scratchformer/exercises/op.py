@@ -201,7 +201,12 @@ class OpExercise(Exercise):
 
     def _named(self, ret, expected: tuple, fn_name: str) -> dict:
         """``{gradient name: array}`` from what a backward returned, checked for kind."""
-        got = tuple(ret) if isinstance(ret, (tuple, list)) else (ret,)
+        if isinstance(ret, list):
+            raise LearnerError(
+                f"{fn_name} returned a list: return an array, or a tuple of them "
+                f"(({', '.join(self.gradients[: len(expected)])}))"
+            )
+        got = tuple(ret) if isinstance(ret, tuple) else (ret,)
         names = self.gradients
         if len(got) != len(expected):
             want = ", ".join(names)

@@ -187,7 +187,17 @@ def learner_code(path: str | None, doing: str):
     except (LearnerError, NotWritten):
         raise
     except NotImplementedError as e:
-        raise NotWritten(str(e) or doing) from None
+        frames = traceback.extract_tb(e.__traceback__)
+        if not path or (frames and frames[-1].filename == path):  # their stub's raise
+            raise NotWritten(str(e) or doing) from None
+        last = frames[-1] if frames else None  # raised elsewhere: not their file's stub
+        place = f" in {shown(last.filename)}, line {last.lineno}" if last else ""
+        at = where_in(path, e.__traceback__)
+        mine = f"{shown(path)}, line {at[0]}: " if at else ""
+        raise LearnerError(
+            f"{mine}NotImplementedError{place}: {str(e) or 'raised'} (not your function's "
+            "stub: a file it calls)"
+        ) from None
     except Exception as e:  # the learner's code may raise anything
         at = where_in(path, e.__traceback__) if path else None
         what = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")

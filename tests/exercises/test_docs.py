@@ -52,3 +52,9 @@ def test_every_link_into_the_derivations_names_a_heading():
     for text in texts:
         for anchor in re.findall(r"derivations\.(?:md|html)#([\w-]+)", text):
             assert anchor in anchors, (anchor, text[:80])
+
+
+def test_the_readme_first_screen_says_how_to_start_the_exercises():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first = readme[: readme.index("\n## ")]
+    assert "`scratchformer exercise start linear`" in first and "(docs/exercises.md)" in first
