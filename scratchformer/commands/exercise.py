@@ -10,8 +10,9 @@ scratchformer exercise check layernorm       grades it: float64 central differen
 scratchformer exercise check                 grades every exercise file of the folder
 scratchformer exercise hint layernorm        the next hint (kept in exercises/layernorm.hints.md)
 scratchformer exercise solution layernorm    the engine's code and its derivation
-scratchformer exercise train                 the default run with your backward passes, and
-                                             the engine's run beside it
+scratchformer exercise train                 your passes in the whole model: one batch's gradients
+                                             against the engine's (the verdict), then the default
+                                             run trained with them, the engine's beside it
 
 Your files live in exercises/ (--dir to choose): nothing is written anywhere else, a file
 of yours is never overwritten, and your progress is what checking them says.
@@ -91,10 +92,13 @@ def add_parser(sub) -> None:
         steps.add_parser(
             "train",
             help="train the default run with your backward passes, the engine's run beside it",
-            description="Train the default run (reverse strings) with every backward pass of "
-            "yours that passes its check in place of the engine's, then the same run with the "
-            "engine's; compare their loss curves, held-out accuracy and final parameters. "
-            "Both runs are written to runs/yours and runs/engine in your folder.",
+            description="The verdict first: the default model's gradients of every parameter "
+            "on one batch (float64), and Adam's update, with your backward passes in place of "
+            "the engine's, against the engine's; the exit status is 0 when they agree, and "
+            "the exercise that makes them differ is named. Then, as a demonstration that "
+            "decides nothing, the default run (reverse strings) trained with every pass of "
+            "yours that passes its check, and the engine's run beside it: loss curves, "
+            "held-out accuracy, final parameters (in runs/yours and runs/engine).",
         )
     )
     q.add_argument("--steps", type=COUNT, help="optimizer steps of both runs (default 3000)")
@@ -272,9 +276,10 @@ def run_train(args) -> int:
         d: dict = {}
         set_dotted(d, key, override_value(key, text))
         sets.append((d, f"--set {item}"))
-    yours, engine, _ = training.train_both(
+    v, yours, engine, _ = training.train_both(
         _folder(args), args.steps, sets, progress=not args.no_progress
     )
-    lines, ok = training.compare(yours, engine)
-    print("\n".join(lines))
-    return 0 if ok else 1
+    if yours is not None and engine is not None:  # a demonstration: it decides nothing
+        steps = yours.losses[-1][0] if yours.losses else 0
+        print("\n".join(training.compare(yours, engine, steps)))
+    return 0 if v["agree"] else 1

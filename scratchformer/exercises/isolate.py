@@ -21,7 +21,7 @@ import traceback
 from scratchformer import backend
 from scratchformer.exercises import files
 from scratchformer.exercises import grade as grading
-from scratchformer.exercises.spec import LearnerError, Mistake, shown, where_in
+from scratchformer.exercises.spec import LearnerError, Mistake, shown
 
 #: seconds the learner's code may run per exercise before it is stopped
 DEFAULT_LIMIT = 10.0
@@ -31,9 +31,20 @@ def available() -> bool:
     return "fork" in multiprocessing.get_all_start_methods() and backend.backend_name() == "numpy"
 
 
-def _exit_line(e: SystemExit, path: str | None) -> str:
-    at = where_in(path, e.__traceback__) if path else None
-    where = f" ({shown(path)}, line {at[0]})" if at else ""
+def _where(paths, tb) -> tuple[str, tuple] | None:
+    """The learner's file (of ``paths``, one or several) and ``(line, function)`` of the
+    last frame of ``tb`` in one of them."""
+    wanted = {paths} if isinstance(paths, str) else set(paths or ())
+    found = None
+    for frame in traceback.extract_tb(tb):  # the deepest frame of theirs
+        if frame.filename in wanted:
+            found = (frame.filename, (frame.lineno, frame.name))
+    return found
+
+
+def _exit_line(e: SystemExit, paths) -> str:
+    at = _where(paths, e.__traceback__)
+    where = f" ({shown(at[0])}, line {at[1][0]})" if at else ""
     return f"your code called exit({'' if e.code is None else repr(e.code)}){where}"
 
 
@@ -50,8 +61,8 @@ def _child(conn, fn, path) -> None:
         except LearnerError as e:
             result = ("learner", str(e))
         except BaseException as e:  # noqa: BLE001 - anything the learner's code raises
-            at = where_in(path, e.__traceback__) if path else None
-            where = f"{shown(path)}, line {at[0]}: " if at else ""
+            at = _where(path, e.__traceback__)
+            where = f"{shown(at[0])}, line {at[1][0]}: " if at else ""
             result = ("error", f"{where}{type(e).__name__}: {e}".split("\n")[0])
             if at is None:  # ours, not theirs: the traceback is for whoever fixes it
                 traceback.print_exc()
@@ -73,9 +84,10 @@ def _ended(code: int | None) -> str:
     )
 
 
-def isolated(fn, limit: float | None = DEFAULT_LIMIT, path: str | None = None):
+def isolated(fn, limit: float | None = DEFAULT_LIMIT, path=None):
     """``fn()`` in a child process: its value, or LearnerError in one line saying why
-    there is none (the learner's exit, a crash, a signal, the time limit)."""
+    there is none (the learner's exit, a crash, a signal, the time limit). ``path``: the
+    learner's file, or a tuple of them, that an error is traced to."""
     if not available():
         return fn()
     ctx = multiprocessing.get_context("fork")
