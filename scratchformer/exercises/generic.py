@@ -57,10 +57,10 @@ def _factor(pairs: list) -> list[float] | None:
 def _name_factor(c: float, scales: dict) -> str:
     """What a factor c is, among the input's ``scales`` (``{name: value}``)."""
     for name, value in scales.items():
-        if value and math.isclose(c, value, rel_tol=1e-6):
-            return name
-        if value and math.isclose(c, 1.0 / value, rel_tol=1e-6):
-            return name[2:] if name.startswith("1/") else f"1/({name})"
+        inverse = name[2:] if name.startswith("1/") else f"1/{name}"
+        for power, text in ((1, name), (-1, inverse), (2, f"({name})^2"), (-2, f"({inverse})^2")):
+            if value and value != 1.0 and math.isclose(c, value**power, rel_tol=1e-6):
+                return text
     return ""
 
 
@@ -101,34 +101,80 @@ def _generic(name: str, says: str, hint: str) -> Mistake:
 def diagnose(ex, mine: list, ref: list, wrong: list, facts: list | None = None) -> list:
     """``[(Mistake, [tensors])]`` for the wrong tensors that a generic check explains."""
     facts = facts or [{} for _ in ref]
-    found, named = [], set()
     link = ex.link().split(" (")[0]
+    labels = ex.case_labels()
+    found, named = [], set()
     for t in wrong:
         pairs = _pairs(mine, ref, t)
         if not pairs or any(a.shape != b.shape for a, b in pairs):
             continue
-        if all(float(abs(a).max(initial=0.0)) == 0.0 for a, _ in pairs):
-            says = f"{t} is zero on every entry of every input"
-            found.append(([t], _generic("zero", says, f"never computed, or never added ({link})")))
-            named.add(t)
-            continue
-        cs = _factor(pairs)
-        if cs and all(math.isclose(c, -1.0, rel_tol=1e-6) for c in cs):
-            found.append(([t], _generic("sign", f"{t} has the wrong sign: yours = -right on every "
-                                        "entry", f"a minus sign lost or added: check each "
-                                        f"step's sign against {link}")))  # fmt: skip
-            named.add(t)
-            continue
-        if cs and not all(math.isclose(c, 1.0, rel_tol=1e-6) for c in cs):
-            found.append(([t], _factor_mistake(t, cs, facts, link)))
-            named.add(t)
-            continue
-        only = _only_where(pairs, facts, t)
-        if only:
-            found.append(([t], only))
-            named.add(t)
+        if ex.kind == "optimizer" and t == "theta":  # what a step did: theta's change
+            pairs = [(backend.np.diff(a, axis=0), backend.np.diff(b, axis=0)) for a, b in pairs]
+            t = "theta's change at a step"
+        m = _one(t, pairs, facts, link)
+        if m is not None:
+            found.append(([t.split("'")[0]], m))
+            named.add(t.split("'")[0])
     found += _swapped(mine, ref, [t for t in wrong if t not in named], link)
+    named |= {t for tensors, _ in found for t in tensors}
+    for t in wrong:  # right on some inputs, wrong on others: which is a clue
+        if t not in named:
+            m = _some_inputs(t, _pairs(mine, ref, t), labels)
+            if m is not None:
+                found.append(([t], m))
     return [(m, tensors) for tensors, m in found]
+
+
+def _one(t: str, pairs: list, facts: list, link: str) -> Mistake | None:
+    """Zeros, a sign, a constant factor, a factor per row, an error only on masked
+    entries or repeated ids: the first that explains ``t`` on every input."""
+    if all(float(abs(a).max(initial=0.0)) == 0.0 for a, _ in pairs):
+        says = f"{t} is zero on every entry of every input"
+        return _generic("zero", says, f"never computed, or never added ({link})")
+    cs = _factor(pairs)
+    if cs and all(math.isclose(c, -1.0, rel_tol=1e-6) for c in cs):
+        look = f"a minus sign lost or added: check each step's sign against {link}"
+        return _generic("sign", f"{t} has the wrong sign: yours = -right on every entry", look)
+    if cs and not all(math.isclose(c, 1.0, rel_tol=1e-6) for c in cs):
+        return _factor_mistake(t, cs, facts, link)
+    if _row_factor(pairs):
+        return _generic("row-factor", f"{t} = the right {t} times a factor that is constant "
+                        "along each row (the last axis) and differs between rows",
+                        "a per-row quantity (1/std, a row sum, a normaliser) used once too "
+                        f"often or missing ({link})")  # fmt: skip
+    return _only_where(pairs, facts, t)
+
+
+def _row_factor(pairs: list) -> bool:
+    """yours = c_row right, c constant along the last axis, not one number overall."""
+    np = backend.np
+    varies = False
+    for a, b in _nonzero(pairs):
+        if a.ndim < 2:
+            return False
+        a2, b2 = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+        c = (a2 * b2).sum(axis=1) / np.maximum((b2 * b2).sum(axis=1), 1e-300)
+        if not _close(a2, c[:, None] * b2):
+            return False
+        live = np.abs(b2).max(axis=1) > 0
+        varies = varies or (
+            live.sum() > 1 and float(np.ptp(c[live])) > 1e-6 * float(np.abs(c[live]).max())
+        )
+    return varies
+
+
+def _some_inputs(t: str, pairs: list, labels: list) -> Mistake | None:
+    """Right on some inputs and wrong on the others: the ones it is wrong on, named."""
+    if len(pairs) != len(labels) or len(pairs) < 2:
+        return None
+    ok = [_close(a, b) for a, b in pairs]
+    if all(ok) or not any(ok):
+        return None
+    bad = [label for label, good in zip(labels, ok) if not good]
+    right = [label for label, good in zip(labels, ok) if good]
+    return _generic("some-inputs", f"{t} is right on {len(right)} of {len(labels)} inputs and "
+                    f"wrong on: {'; '.join(bad[:3])}", "what those inputs have that the others "
+                    f"do not (right on: {'; '.join(right[:3])})")  # fmt: skip
 
 
 def _factor_mistake(t: str, cs: list, facts: list, link: str) -> Mistake:

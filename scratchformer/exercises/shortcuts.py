@@ -13,7 +13,8 @@ A file with one of these passes nothing: ``check`` says what it found, and where
 from __future__ import annotations
 
 import ast
-from pathlib import Path
+
+from scratchformer.exercises.spec import shown
 
 #: packages that differentiate for you
 AUTOGRAD = ("torch", "jax", "autograd", "tensorflow", "mxnet", "chainer", "paddle", "mlx")
@@ -68,7 +69,7 @@ def find(ex, text: str, path: str) -> str:
         return ""  # loading it says so, in its own words
     names, tables, methods = _engine_names(ex)
     writes = set(ex.functions)
-    where = Path(path).name
+    where = shown(path)
 
     def said(what: str, node) -> str:
         return (

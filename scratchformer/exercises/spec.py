@@ -161,8 +161,8 @@ def drawn_case(label: str):
         if not label.startswith(DRAWN) or "drawn input" in str(e):
             raise
         raise type(e)(
-            f"{e} (on the {label}, seed {draw_seed()}: is a size of the other inputs written "
-            "into your code?)"
+            f"{e} (on the input {label[len(DRAWN) + 2 :]}, drawn with seed {draw_seed()}: is "
+            "a size of the other inputs written into your code?)"
         ) from None
 
 
