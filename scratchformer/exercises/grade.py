@@ -298,8 +298,9 @@ def report(g: Grade) -> list[str]:
         with drawing(g.seed):
             labels = ex.case_labels()
         drawn = sum(label.startswith(DRAWN) for label in labels)
-        inputs = f"{len(labels) - drawn} inputs" + (
-            f" and {drawn} of shapes drawn with --seed {g.seed}" if drawn else ""
+        designed = len(labels) - drawn
+        inputs = f"{designed} input{'s' if designed != 1 else ''}" + (
+            f" and {drawn} of drawn shapes (--seed {g.seed})" if drawn else ""
         )
         lines.append(
             f"  checked on {inputs} against "
