@@ -183,3 +183,34 @@ def test_nothing_is_written_without_a_folder_and_check_says_so(here, capsys):
     code, _, _ = run(capsys, "list", "--dir", "elsewhere")
     assert code == 0
     assert every_file(here) == set() and not os.listdir(here)
+
+
+def test_check_from_inside_the_folder_finds_the_files(here, capsys):
+    run(capsys, "start", "relu")
+    os.chdir(here / "exercises")
+    code, out, err = run(capsys, "check", "relu")
+    assert code == 1 and "relu: ReLU (relu.py)" in out and "not written yet" in out, out + err
+    assert "exercise start" not in out + err
+
+
+def test_a_list_returned_and_a_not_implemented_elsewhere_say_what_they_are(here, capsys):
+    run(capsys, "start", "layernorm")
+    path = here / "exercises" / "layernorm.py"
+    fill(path, f"    return [dout, {SUMS}, {SUMS}]\n")
+    code, out, _ = run(capsys, "check", "layernorm")
+    assert code == 1 and "returned a list: return an array, or a tuple of them" in out
+    helper = here / "helper.py"
+    helper.write_text("def step(x):\n    raise NotImplementedError('half done')\n")
+    text = path.read_text().replace(
+        "EXERCISE = ", f"import sys\nsys.path.insert(0, {str(here)!r})\nEXERCISE = ", 1
+    )
+    path.write_text(
+        text.replace(
+            f"    return [dout, {SUMS}, {SUMS}]\n",
+            "    import helper\n    return helper.step(dout)\n",
+        )
+    )
+    code, out, _ = run(capsys, "check", "layernorm")
+    assert (
+        code == 1 and "not written" not in out and "NotImplementedError in helper.py, line 2" in out
+    ), out
