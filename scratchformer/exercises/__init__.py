@@ -12,8 +12,11 @@ The exercises, in teaching order (``EXERCISES``): the ops (ops_basic.py, ops_nor
 ops_attention.py: op.py says how a learner's backward enters the kernel seam), the
 layers (layers.py, encoder_decoder.py: layer.py says how a learner's backward becomes a
 module's method), and Adam's update (adam.py). ``grade`` (grade.py) checks a learner's
-code; ``files`` writes and reads the learner's folder, where all progress lives: a file
-per exercise started, re-checked whenever progress is asked for, and the hints shown so far.
+code, with guard.py (inputs left unchanged), draw.py and draw_layers.py (shapes drawn
+per run), generic.py (what the numbers say) and shortcuts.py; isolate.py runs it in a
+child process; verdict.py is ``exercise train``'s verdict; ``files`` writes and reads the
+learner's folder, where all progress lives: a file per exercise started, re-checked
+whenever progress is asked for, and the hints shown so far.
 """
 
 from __future__ import annotations

@@ -5,16 +5,21 @@ float64 central differences, and say what is wrong in the learner's words.
     g.status          "passing", "failing", "not written" or "broken"
     print("\\n".join(report(g)))
 
-The order of the steps:
+The order of the steps, on the exercise's designed inputs and (with a ``seed``) two
+more of shapes drawn from it (draw.py, draw_layers.py):
 
+0. read the learner's file for shortcuts: the engine's own code, autograd, finite
+   differences of its own (shortcuts.py): ``failing``, what was found and where;
 1. run the learner's code on every input of the exercise (an exception, a missing
-   function, a result of the wrong kind: ``broken``, one line);
+   function, a result of the wrong kind: ``broken``, one line), on fresh copies of the
+   inputs, which must be unchanged afterwards (guard.py: ``failing``, the array named);
 2. compare what it returned with what each catalogued mistake returns on the same
    inputs: equal (to ``MATCH_TOL``) on every input, shapes included, is that mistake;
 3. shapes, dtypes (in float64, and once in float32) and NaNs, one line each;
 4. the finite-difference check (``Exercise.numeric``): per gradient the largest
    relative error over the inputs and, for a wrong one, its worst entries; a gradient
-   that is wrong and equals one mistake's version of it names that mistake;
+   that is wrong and equals one mistake's version of it names that mistake, and before
+   the catalogue, what the numbers say on their own (generic.py: a sign, a factor, ...);
 5. for layers: the gradients were added into ``self.grads``, not put in place of what
    was there (which the finite differences, from zero gradients, cannot see).
 """
