@@ -30,7 +30,7 @@ from scratchformer import backend, kernels, writer
 from scratchformer.errors import ScratchformerError
 from scratchformer.exercises import EXERCISES, files, isolate, verdict
 from scratchformer.exercises.grade import FAILING
-from scratchformer.exercises.spec import LearnerError
+from scratchformer.exercises.spec import LearnerError, new_seed
 from scratchformer.kernels.parity import relative_error
 from scratchformer.progress import clock
 from scratchformer.train.config import build
@@ -115,7 +115,7 @@ def train_both(where: Path, steps=None, sets=(), progress=True, echo=print) -> t
                 "there; remove the link"
             )
     echo(f"checking the exercises in {where}:")
-    found, failing = graded(where, echo=echo)
+    found, failing = graded(where, new_seed(), echo=echo)  # drawn shapes too, as check
     echo(f"  passing: {', '.join(found) or 'none'}")
     if not found and not failing:
         raise NothingToTrain(
