@@ -126,5 +126,6 @@ def test_each_mistake_fails_the_finite_difference_check_or_the_accumulation(name
     ex = EXERCISES[name]
     g = grade(ex, {**solution(ex), **ex.mistake(mistake).code})
     assert g.status == FAILING
-    assert [d.name for d, _ in g.diagnosis] == [mistake]
+    # the catalogue names it alone; what the numbers say on their own may come first
+    assert [d.name for d, _ in g.diagnosis if not d.name.startswith("generic:")] == [mistake]
     assert g.message or not all(ok for _, _, ok in g.rows)
