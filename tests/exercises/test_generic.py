@@ -86,3 +86,26 @@ def test_swapped_outputs_are_named():
     ref = ex.outputs(ex.engine())[1:2]
     found = diagnose(ex, mine, ref, ["dx_q", "dx_kv"])
     assert [(m.name, parts) for m, parts in found] == [("generic:swapped", ["dx_q", "dx_kv"])]
+
+
+def test_a_factor_per_row_and_a_gradient_wrong_on_some_inputs_only_are_named():
+    from scratchformer.ops import layernorm
+
+    ln = EXERCISES["layernorm"]
+
+    def rstd_twice(dout, cache):
+        dx, dgamma, dbeta = layernorm.layernorm_backward(dout, cache)
+        return dx * cache.rstd, dgamma, dbeta
+
+    g = grade(ln, {"layernorm_backward": rstd_twice}, seed=1)
+    assert [(m.name, parts) for m, parts in g.diagnosis] == [("generic:row-factor", ["dx"])]
+
+    add_norm = EXERCISES["add_norm"]
+
+    def pre_ln_zeros(self, ds_in, cache):  # right in post-LN, zeros in pre-LN
+        return 0.0 * self._norm_backward(ds_in, cache.norm) if self.norm_first else ds_in
+
+    g = grade(add_norm, add_norm.with_code({"add_norm_enter_backward": pre_ln_zeros}))
+    found = {m.name: m.says for m, parts in g.diagnosis}
+    assert "generic:some-inputs" in found, found
+    assert "wrong on: pre-LN" in found["generic:some-inputs"]
