@@ -292,10 +292,14 @@ def check_module(
     m = copy.deepcopy(module).astype(xp.float64)
     args = [_to64(a) for a in args]
     call_kwargs = _make_rng(kwargs)
-    out, cache = m.forward(*args, **call_kwargs())
+    # the backward runs on copies of the module, its inputs and dout: what it does to
+    # them (a write into dout, a cache field, a parameter) leaves the differences alone
+    mb = copy.deepcopy(m)
+    out, cache = mb.forward(*[a.copy() if _is_float_array(a) else a for a in args],
+                            **call_kwargs())  # fmt: skip
     dout = _random_like(out, seed + 1)
-    m.zero_grad()
-    grads = _pair_gradients(m.backward(dout, cache), args)
+    mb.zero_grad()
+    grads = _pair_gradients(mb.backward(dout.copy(), cache), args)
 
     def f():
         return (m.forward(*args, **call_kwargs())[0] * dout).sum()
@@ -306,7 +310,7 @@ def check_module(
         for i, g in grads.items():
             arrays[names[i]], analytic[names[i]] = args[i], g
     if params:
-        grads_by_name = m.gradients()
+        grads_by_name = mb.gradients()
         for name, p in m.parameters().items():
             arrays[name], analytic[name] = p, grads_by_name[name]
     return check_gradients(f, arrays, analytic, h=h, tol=tol, max_entries=max_entries, seed=seed)

@@ -6,14 +6,17 @@ train the Transformer with them.
     scratchformer exercise check layernorm      grades it
     scratchformer exercise hint layernorm       the next hint
     scratchformer exercise solution layernorm   the engine's code and its derivation
-    scratchformer exercise train                the default run, with your backward passes
+    scratchformer exercise train                the verdict on your passes, then a run with them
 
 The exercises, in teaching order (``EXERCISES``): the ops (ops_basic.py, ops_norm_loss.py,
-ops_attention.py: op.py says how a learner's backward enters the kernel seam), the
-layers (layers.py, encoder_decoder.py: layer.py says how a learner's backward becomes a
+ops_attention.py, ops_relative.py: op.py says how a learner's backward enters the kernel
+seam), the layers (layers.py, encoder_decoder.py: layer.py says how a learner's backward becomes a
 module's method), and Adam's update (adam.py). ``grade`` (grade.py) checks a learner's
-code; ``files`` writes and reads the learner's folder, where all progress lives: a file
-per exercise started, re-checked whenever progress is asked for, and the hints shown so far.
+code, with guard.py (inputs left unchanged), draw.py and draw_layers.py (shapes drawn
+per run), generic.py (what the numbers say) and shortcuts.py; isolate.py runs it in a
+child process; verdict.py is ``exercise train``'s verdict; ``files`` writes and reads the
+learner's folder, where all progress lives: a file per exercise started, re-checked
+whenever progress is asked for, and the hints shown so far.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from scratchformer.errors import ScratchformerError
 from scratchformer.exercises.adam import ADAM
 from scratchformer.exercises.encoder_decoder import DECODER_LAYER, ENCODER_LAYER
 from scratchformer.exercises.layers import ADD_NORM, FFN, MULTI_HEAD_ATTENTION
-from scratchformer.exercises.ops_attention import ATTENTION, SHAW, SKEW
+from scratchformer.exercises.ops_attention import ATTENTION
 from scratchformer.exercises.ops_basic import EMBEDDING, GELU, LINEAR, RELU, SOFTMAX
 from scratchformer.exercises.ops_norm_loss import CROSS_ENTROPY, DROPOUT, LAYERNORM
+from scratchformer.exercises.ops_relative import SHAW, SKEW
 from scratchformer.exercises.spec import Exercise, LearnerError, Mistake
 
 #: every exercise, in teaching order: a single op first, whole layers and Adam last

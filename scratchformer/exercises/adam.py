@@ -18,12 +18,15 @@ from dataclasses import dataclass
 
 from scratchformer import backend
 from scratchformer.backend import xp
+from scratchformer.exercises.guard import guarded
 from scratchformer.exercises.op import plugged
 from scratchformer.exercises.spec import (
+    DRAWN,
     TOL,
     Exercise,
     Mistake,
-    learner_code,
+    draw_seed,
+    drawn_case,
     needs,
     rule,
     source,
@@ -70,6 +73,23 @@ RUNS = (
          0.9, 0.98, 1e-4, 0),
     _Run("4 steps, betas 0.8 / 0.95, eps 1e-6", 24, (0.05, 0.04, 0.03, 0.02), 0.8, 0.95, 1e-6, 1),
 )  # fmt: skip
+
+
+def _runs() -> tuple:
+    """The designed runs, then (while ``drawing``) two of sizes, step counts and
+    hyperparameters drawn from the run's seed."""
+    seed = draw_seed()
+    if seed is None:
+        return RUNS
+    r, drawn = backend.host_rng(seed), []
+    for n in range(2):
+        steps, size = int(r.integers(2, 6)), int(r.integers(1, 30))
+        lrs = tuple(float(x) for x in r.uniform(0.001, 0.05, steps))
+        b1, b2 = round(float(r.uniform(0.7, 0.95)), 3), round(float(r.uniform(0.9, 0.999)), 3)
+        eps = float(10.0 ** r.uniform(-8, -4))
+        label = f"{DRAWN}: {steps} steps, n {size}, betas {b1} / {b2}, eps {eps:.0e}"
+        drawn.append(_Run(label, size, lrs, b1, b2, eps, 50 + n + seed))
+    return RUNS + tuple(drawn)
 
 
 def _start(run: _Run, dtype: str):
@@ -159,19 +179,25 @@ update; write into the arrays: ``m *= ...``, ``m += ...``, or ``m[...] = ...``).
         )
 
     def case_labels(self) -> list[str]:
-        return [run.label for run in RUNS]
+        return [run.label for run in _runs()]
 
     def outputs(self, code: dict, dtype: str = "float64", limit: int | None = None) -> list:
         fn = code["adam_update"]
         path = getattr(getattr(fn, "__code__", None), "co_filename", None)
         results = []
-        for run in RUNS[:limit]:
+        for run in _runs()[:limit]:
             theta, grads = _start(run, dtype)
             m, v = xp.zeros_like(theta), xp.zeros_like(theta)
             states = []
             for t, (g, lr) in enumerate(zip(grads, run.lrs), start=1):
-                with learner_code(path, "adam_update"):
-                    fn(theta, g.copy(), m, v, t, lr, run.beta1, run.beta2, run.eps)
+
+                def make(g=g, t=t, lr=lr, run=run, state=(theta, m, v)):
+                    g = g.copy()  # theta, m and v are the update's to write; g only to read
+                    return {"g": g}, lambda: fn(*state[:1], g, *state[1:], t, lr, run.beta1,
+                                                run.beta2, run.eps)  # fmt: skip
+
+                with drawn_case(run.label):
+                    guarded(make, path, "adam_update")
                 states.append({"theta": theta.copy(), "m": m.copy(), "v": v.copy()})
             results.append(_stack(states))
         return results
@@ -179,7 +205,7 @@ update; write into the arrays: ``m *= ...``, ``m += ...``, or ``m[...] = ...``).
     def reference(self, dtype: str = "float64") -> list:
         """What the engine's ``Adam`` leaves after every step of every run."""
         results = []
-        for run in RUNS:
+        for run in _runs():
             theta, grads = _start(run, dtype)
             flat = FlatParameters({"theta": theta})
             adam = Adam(flat, run.beta1, run.beta2, run.eps)
@@ -195,7 +221,7 @@ update; write into the arrays: ``m *= ...``, ``m += ...``, or ``m[...] = ...``).
         """Per run, a row per array: the learner's states against the engine's Adam's,
         with ``rel_error`` over every step and entry (float64)."""
         found = []
-        for run, got, want in zip(RUNS, self.outputs(code), self.reference()):
+        for run, got, want in zip(_runs(), self.outputs(code), self.reference()):
             report = GradReport(tol=TOL)
             for name in self.gradients:
                 a = backend.asnumpy(got[name]).reshape(-1).astype(float)

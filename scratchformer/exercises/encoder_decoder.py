@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from scratchformer import backend
 from scratchformer.backend import xp
+from scratchformer.exercises import draw_layers
 from scratchformer.exercises.layer import LayerCase, LayerExercise, Method, method_mistake
 from scratchformer.exercises.layers import padding_mask, seeded_randn
 from scratchformer.exercises.spec import always
@@ -91,6 +92,7 @@ feed-forward network, each inside its Add & Norm (post-LN or pre-LN):
     f_in = enter(x);  f = FFN(f_in);                   x = exit(x, f)""",
     imports="from scratchformer.nn.transformer import SelfAttentionLayerCache, SublayerCache",
     cases=_encoder_cases,
+    drawn=draw_layers.encoder_layer,
     inputs=("dx",),
     hints=(
         "Go back through the two blocks in reverse: the FFN's block first. In each, "
@@ -179,6 +181,7 @@ each inside its Add & Norm:
     a = SelfAttention(a_in, a_in)      x = CrossAttention(x_in, memory)      f = FFN(f_in)""",
     imports="from scratchformer.nn.transformer import DecoderLayerCache, SublayerCache",
     cases=_decoder_cases,
+    drawn=draw_layers.decoder_layer,
     inputs=("dy", "dmemory"),
     hints=(
         "Three blocks, back in reverse order: FFN, cross-attention, self-attention; each "

@@ -5,16 +5,21 @@ float64 central differences, and say what is wrong in the learner's words.
     g.status          "passing", "failing", "not written" or "broken"
     print("\\n".join(report(g)))
 
-The order of the steps:
+The order of the steps, on the exercise's designed inputs and (with a ``seed``) two
+more of shapes drawn from it (draw.py, draw_layers.py):
 
+0. read the learner's file for shortcuts: the engine's own code, autograd, finite
+   differences of its own (shortcuts.py): ``failing``, what was found and where;
 1. run the learner's code on every input of the exercise (an exception, a missing
-   function, a result of the wrong kind: ``broken``, one line);
+   function, a result of the wrong kind: ``broken``, one line), on fresh copies of the
+   inputs, which must be unchanged afterwards (guard.py: ``failing``, the array named);
 2. compare what it returned with what each catalogued mistake returns on the same
    inputs: equal (to ``MATCH_TOL``) on every input, shapes included, is that mistake;
 3. shapes, dtypes (in float64, and once in float32) and NaNs, one line each;
 4. the finite-difference check (``Exercise.numeric``): per gradient the largest
    relative error over the inputs and, for a wrong one, its worst entries; a gradient
-   that is wrong and equals one mistake's version of it names that mistake;
+   that is wrong and equals one mistake's version of it names that mistake, and before
+   the catalogue, what the numbers say on their own (generic.py: a sign, a factor, ...);
 5. for layers: the gradients were added into ``self.grads``, not put in place of what
    was there (which the finite differences, from zero gradients, cannot see).
 """
@@ -27,13 +32,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scratchformer import backend
+from scratchformer.exercises import generic, shortcuts
+from scratchformer.exercises.guard import ChangedInput
 from scratchformer.exercises.spec import (
+    DRAWN,
     MATCH_TOL,
     TOL,
     Exercise,
     LearnerError,
     Mistake,
     NotWritten,
+    drawing,
 )
 from scratchformer.kernels.parity import relative_error
 
@@ -64,6 +73,7 @@ class Grade:
     wrong: list = field(default_factory=list)  # [Wrong]
     diagnosis: list = field(default_factory=list)  # [(Mistake, tensors or None: all)]
     seconds: float = 0.0
+    seed: int | None = None  # the drawn inputs' seed
 
     @property
     def passed(self) -> bool:
@@ -206,12 +216,18 @@ def _entries(name: str, label: str, row) -> Wrong:
 
 
 # -- grading -----------------------------------------------------------------------------
-def grade(ex: Exercise, code: dict, path: Path | None = None, numeric: bool = True) -> Grade:
-    """Grade ``code`` (``{function name: callable}``) for the exercise ``ex``."""
+def grade(
+    ex: Exercise, code: dict, path: Path | None = None, numeric: bool = True, seed=None
+) -> Grade:
+    """Grade ``code`` (``{function name: callable}``) for the exercise ``ex``, on its
+    designed inputs and on those drawn from ``seed`` (None: the designed ones only)."""
     t0 = time.perf_counter()
-    g = Grade(ex, path)
+    g = Grade(ex, path, seed=seed)
     try:
-        _grade(g, ex, code, numeric)
+        with drawing(seed):
+            _grade(g, ex, code, numeric)
+    except ChangedInput as e:
+        g.status, g.message = FAILING, str(e)
     except NotWritten:
         names = " and ".join(ex.functions)
         verb = "is" if len(ex.functions) == 1 else "are"
@@ -228,6 +244,10 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool) -> None:
     if missing:
         where = g.path.name if g.path else "the code"
         raise LearnerError(f"{where} defines no function {missing[0]}")
+    found = _shortcut(ex, g.path)
+    if found:
+        g.status, g.message = FAILING, found
+        return
     mine = ex.outputs(code)
     ref = ex.outputs(ex.engine())
     outputs = _mistake_outputs(ex)
@@ -245,16 +265,31 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool) -> None:
         g.rows, g.wrong = _rows_and_wrong(ex.numeric(code))
         if not all(ok for _, _, ok in g.rows):
             g.status = FAILING
+            bad = [name for name, _, ok in g.rows if not ok]
             if not g.diagnosis:
-                bad = [name for name, _, ok in g.rows if not ok]
                 g.diagnosis = diagnose_parts(ex, mine, ref, outputs, bad)
+            # what the numbers themselves say (a sign, a factor, ...) comes first
+            g.diagnosis = generic.diagnose(ex, mine, ref, bad, ex.facts()) + g.diagnosis
             return
     if ex.kind == "layer" and not _all_same(mine, ref):
+        lost = [k for k in ref[0] if not _all_same(mine, ref, [k])]
         g.status = FAILING
         g.message = (
-            "the gradients are right but were not added into self.grads (+=): what was "
-            "there before the call was lost"
+            f"the gradients are right but {', '.join(lost[:4]) or 'some'} were not added "
+            "into self.grads (+=): what was there before the call was lost"
         )
+
+
+def _shortcut(ex: Exercise, path) -> str:
+    """A shortcut in the learner's file (the engine's code, autograd, finite
+    differences: shortcuts.py), or ""."""
+    if path is None or not Path(path).is_file():
+        return ""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""  # loading it says so
+    return shortcuts.find(ex, text, str(path))
 
 
 def report(g: Grade) -> list[str]:
@@ -265,9 +300,15 @@ def report(g: Grade) -> list[str]:
     if g.status in (BROKEN, NOT_WRITTEN):
         return lines + [f"  {g.status}: {g.message}"]
     if g.rows:
-        inputs = len(ex.case_labels())
+        with drawing(g.seed):
+            labels = ex.case_labels()
+        drawn = sum(label.startswith(DRAWN) for label in labels)
+        designed = len(labels) - drawn
+        inputs = f"{designed} input{'s' if designed != 1 else ''}" + (
+            f" and {drawn} of drawn shapes (--seed {g.seed})" if drawn else ""
+        )
         lines.append(
-            f"  checked on {inputs} inputs against "
+            f"  checked on {inputs} against "
             + ("the engine's Adam" if ex.kind == "optimizer" else "float64 central differences")
             + f" (tolerance {TOL:.0e}):"
         )
@@ -280,7 +321,8 @@ def report(g: Grade) -> list[str]:
             f"  {wr.tensor} is wrong at {wr.count} of {wr.checked} entries; the largest "
             f"differences (input: {wr.case}):"
         )
-        lines.append(f"    {'entry':<16} {'numeric':>12} {'yours':>12} {'|yours - n|':>12}")
+        truth = "engine" if ex.kind == "optimizer" else "numeric"  # Adam's truth: the engine
+        lines.append(f"    {'entry':<16} {truth:>12} {'yours':>12} {'|yours - n|':>12}")
         for idx, n, a in wr.worst:
             lines.append(f"    {str(idx):<16} {n:>12.5e} {a:>12.5e} {abs(a - n):>12.1e}")
     if g.message:
@@ -295,6 +337,8 @@ def report(g: Grade) -> list[str]:
 
 
 def _named(mistake: Mistake, tensors) -> list[str]:
+    if mistake.name.startswith("generic:"):  # read off the numbers, not the catalogue
+        return [*_wrap(f"found: {mistake.says}"), *_wrap(f"look for: {mistake.hint}")]
     part = f" (your {', '.join(tensors)})" if tensors else ""
     return [
         *_wrap(f"recognised{part}: {mistake.says}"),

@@ -22,11 +22,16 @@ from dataclasses import dataclass, field
 
 from scratchformer import backend, device
 from scratchformer.backend import xp
+from scratchformer.exercises import generic
+from scratchformer.exercises.guard import guarded
 from scratchformer.exercises.spec import (
+    DRAWN,
     TOL,
     Exercise,
     LearnerError,
     Mistake,
+    draw_seed,
+    drawn_case,
     learner_code,
     needs,
     rule,
@@ -38,6 +43,8 @@ from scratchformer.nn.layers import AddNorm, Linear
 from scratchformer.nn.module import Module
 
 _MISSING = object()
+#: the entries of each tensor checked on a drawn case
+DRAWN_ENTRIES = 6
 
 
 @contextlib.contextmanager
@@ -98,6 +105,8 @@ class LayerExercise(Exercise):
     # exercise, set on their classes with the learner's backward (shown as given)
     forwards: dict = field(default_factory=dict)
     uses: Callable = field(default=lambda model: "")
+    # drawn(r) -> [LayerCase]: modules and inputs of sizes drawn afresh each run
+    drawn: Callable | None = None
     kind: str = "layer"
 
     @property
@@ -173,7 +182,15 @@ class LayerExercise(Exercise):
 
     # -- running code on the inputs -------------------------------------------------------
     def case_labels(self) -> list[str]:
-        return [c.label for c in self.cases()]
+        return [c.label for c in self._cases()]
+
+    def _cases(self) -> list[LayerCase]:
+        """The designed cases, then (while ``drawing``) those drawn from the run's seed."""
+        found = self.cases()
+        seed = draw_seed()
+        if seed is not None and self.drawn is not None:
+            found += self.drawn(backend.host_rng(seed))
+        return found
 
     def _methods(self, code: dict) -> dict:
         return {**self.forwards, **{(m.cls, m.attr): code[m.name] for m in self.methods}}
@@ -197,24 +214,48 @@ class LayerExercise(Exercise):
     def outputs(self, code: dict, dtype: str = "float64", limit: int | None = None) -> list:
         results = []
         doing = " / ".join(self.functions)
-        for i, case in enumerate(self.cases()[:limit]):
-            m = self._module(case, dtype, seed=100 + i)
-            before = {k: g.copy() for k, g in m.gradients().items()}
-            args = case.args(dtype)
-            rng = None if case.dropout_seed is None else device.generator(case.dropout_seed)
-            with swapped(self.forwards):
-                out, cache = m.forward(*args, rng=rng)
-            dout = backend.asarray(
-                backend.host_rng(1000 + i).standard_normal(out.shape), dtype=dtype
-            )
-            with swapped(self._methods(code)), learner_code(self._path(code), doing):
-                ret = m.backward(dout, cache)
-            results.append(self._named(ret, m, before))
+        for i, case in enumerate(self._cases()[:limit]):
+            made: dict = {}
+
+            def make(case=case, i=i, made=made):
+                m = self._module(case, dtype, seed=100 + i)
+                made["m"], made["before"] = m, {k: g.copy() for k, g in m.gradients().items()}
+                args = case.args(dtype)
+                rng = None if case.dropout_seed is None else device.generator(case.dropout_seed)
+                with swapped(self.forwards):
+                    out, cache = m.forward(*args, rng=rng)
+                r = backend.host_rng(1000 + i)
+                dout = backend.asarray(r.standard_normal(out.shape), dtype=dtype)
+                inputs = {"dout": dout, "cache": cache, "self.params": m.parameters()}
+                return inputs, lambda: m.backward(dout, cache)
+
+            with swapped(self._methods(code)), drawn_case(case.label):
+                ret = guarded(make, self._path(code), doing)
+                results.append(self._named(ret, made["m"], made["before"]))
         return results
 
+    def facts(self) -> list[dict]:
+        """Per input, the scales the generic diagnoses name: the batch, the rows, and
+        each attention's 1/sqrt(d_k)."""
+        found = []
+        for i, case in enumerate(self._cases()):
+            m = self._module(case, "float64", seed=100 + i)
+            scales = generic.shape_scales(case.args("float64")[0].shape)
+            for sub in [m, *vars(m).values()]:
+                d_k = getattr(sub, "d_k", None)
+                if isinstance(d_k, int):
+                    scales["1/sqrt(d_k)"] = 1.0 / d_k**0.5
+            found.append({"scales": scales, "ids": None})
+        return found
+
     def _named(self, ret, m: Module, before: dict) -> dict:
-        got = tuple(ret) if isinstance(ret, (tuple, list)) else (ret,)
         fn = self.methods[0].name
+        if isinstance(ret, list):
+            raise LearnerError(
+                f"{fn} returned a list: return an array, or a tuple of them "
+                f"({', '.join(self.inputs)})"
+            )
+        got = tuple(ret) if isinstance(ret, tuple) else (ret,)
         if len(got) != len(self.inputs):
             want = ", ".join(self.inputs)
             raise LearnerError(
@@ -237,11 +278,20 @@ class LayerExercise(Exercise):
     def numeric(self, code: dict) -> list:
         found = []
         doing = " / ".join(self.functions)
-        for i, case in enumerate(self.cases()):
+        for i, case in enumerate(self._cases()):
             m = self._module(case, "float64", seed=100 + i)
             kwargs = {} if case.dropout_seed is None else {"rng": case.dropout_seed}
-            with swapped(self._methods(code)), learner_code(self._path(code), doing):
-                report = check_module(m, *case.args("float64"), tol=TOL, max_entries=None, **kwargs)
+            # a drawn case is there for its shapes: a few entries of each tensor suffice
+            # (every entry of the designed ones is checked), and keep check under 2 s
+            entries = DRAWN_ENTRIES if case.label.startswith(DRAWN) else None
+            with (
+                swapped(self._methods(code)),
+                drawn_case(case.label),
+                learner_code(self._path(code), doing),
+            ):
+                report = check_module(
+                    m, *case.args("float64"), tol=TOL, max_entries=entries, **kwargs
+                )
             for row, name in zip(report.rows, self.inputs):  # the inputs come first
                 row.name = name
             found.append((case.label, report))

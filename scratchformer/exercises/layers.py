@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from scratchformer import backend, kernels
+from scratchformer.exercises import draw_layers
+from scratchformer.exercises.draw import padding_mask
 from scratchformer.exercises.layer import (
     AddNormBlock,
     LayerCase,
@@ -27,13 +29,6 @@ from scratchformer.nn.layers import AddNorm, PositionwiseFeedForward
 
 def seeded_randn(seed: int, shape, dtype):
     return backend.asarray(backend.host_rng(seed).standard_normal(shape), dtype=dtype)
-
-
-def padding_mask(lengths: list[int], width: int):
-    """(B, 1, 1, width) bool: True at the first ``lengths[b]`` positions of row b."""
-    np = backend.np
-    mask = np.arange(width)[None, :] < np.asarray(lengths)[:, None]
-    return backend.asarray(mask[:, None, None, :])
 
 
 # -- multi-head attention ----------------------------------------------------------------
@@ -128,6 +123,7 @@ projected by W_o:
 from scratchformer import kernels
 from scratchformer.nn.attention import MultiHeadAttentionCache, merge_heads, split_heads""",
     cases=_mha_cases,
+    drawn=draw_layers.multi_head_attention,
     inputs=("dx_q", "dx_kv"),
     helpers=((MultiHeadAttention, "_project_backward"),),
     hints=(
@@ -236,6 +232,7 @@ paper's ReLU, or GELU) and, optionally, dropout on the hidden layer:
 from scratchformer import kernels
 from scratchformer.nn.layers import FeedForwardCache""",
     cases=_ffn_cases,
+    drawn=draw_layers.ffn,
     inputs=("dx",),
     hints=(
         "Four steps forward, four back, in reverse: the second linear map, the dropout, "
@@ -374,6 +371,7 @@ between them (s_in, c_in = enter(x); s = sublayer(s_in); y, c_out = exit(x, s)):
 It is checked around a linear sub-layer, y = exit(x, Linear(enter(x))), in both forms.""",
     imports="from scratchformer.nn.layers import AddNormCache",
     cases=_add_norm_cases,
+    drawn=draw_layers.add_norm,
     inputs=("dx",),
     helpers=((AddNorm, "_norm_backward"),),
     hints=(

@@ -21,11 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scratchformer import backend, device, kernels
+from scratchformer.exercises import generic
+from scratchformer.exercises.guard import guarded
 from scratchformer.exercises.spec import (
     TOL,
     Exercise,
     LearnerError,
     Mistake,
+    draw_seed,
+    drawn_case,
     learner_code,
     needs,
     rule,
@@ -69,6 +73,8 @@ class OpExercise(Exercise):
     # the forward the finite differences are taken of, when it differs from ``forward``
     # (the embedding: the padding row is a constant of the model, never trained)
     graded_forward: Callable | None = None
+    # drawn(r, dtype) -> [Case]: inputs of shapes drawn afresh each run (draw.py)
+    drawn: Callable | None = None
     kind: str = "op"
 
     @property
@@ -134,27 +140,50 @@ class OpExercise(Exercise):
 
     # -- running code on the inputs -------------------------------------------------------
     def case_labels(self) -> list[str]:
-        return [c.label for c in self.cases(backend.host_rng(0), "float64")]
+        return [c.label for c in self._cases("float64")]
 
     def _cases(self, dtype: str) -> list[Case]:
-        return self.cases(backend.host_rng(0), dtype)
+        """The designed inputs, then (while ``drawing``) those drawn from the run's seed."""
+        found = self.cases(backend.host_rng(0), dtype)
+        seed = draw_seed()
+        if seed is not None and self.drawn is not None:
+            found += self.drawn(backend.host_rng(seed), dtype)
+        return found
 
-    def _call(self, backward, case: Case, i: int, dtype: str):
-        """Forward (the engine's) on fresh copies of the inputs, then ``backward``."""
-        args = [copy.deepcopy(a) if backend.is_array(a) else a for a in case.args]
-        kwargs = {
-            k: device.generator(v.n) if isinstance(v, Seed) else v for k, v in case.kwargs.items()
-        }
-        out, cache = self.forward(*args, **kwargs)
-        shape = getattr(out, "shape", ())
-        dout = backend.asarray(backend.host_rng(1000 + i).standard_normal(shape), dtype=dtype)
-        return backward(dout, cache)
+    def _make(self, backward, case: Case, i: int, dtype: str):
+        """``() -> (inputs, call)``: the engine's forward on fresh copies of the inputs,
+        then ``call()`` runs ``backward`` on what it kept (``inputs``: dout and the cache,
+        which the backward must only read)."""
+
+        def make():
+            args = [copy.deepcopy(a) if backend.is_array(a) else a for a in case.args]
+            kwargs = {
+                k: device.generator(v.n) if isinstance(v, Seed) else v
+                for k, v in case.kwargs.items()
+            }
+            out, cache = self.forward(*args, **kwargs)
+            shape = getattr(out, "shape", ())
+            r = backend.host_rng(1000 + i)
+            dout = backend.asarray(r.standard_normal(shape), dtype=dtype)
+            return {"dout": dout, "cache": cache}, lambda: backward(dout, cache)
+
+        return make
+
+    def facts(self) -> list[dict]:
+        """Per input, the scales and ids the generic diagnoses name (generic.py)."""
+        found = []
+        for i, case in enumerate(self._cases("float64")):
+            inputs, _ = self._make(self.backward, case, i, "float64")()
+            fact = generic.cache_facts(inputs["cache"])
+            fact["scales"].update(generic.shape_scales(inputs["dout"].shape))
+            found.append(fact)
+        return found
 
     def _expected(self, dtype: str) -> list[tuple]:
         """Which gradients the engine returns per input (None where an input is absent)."""
         found = []
         for i, case in enumerate(self._cases(dtype)):
-            ret = self._call(self.backward, case, i, dtype)
+            ret = self._make(self.backward, case, i, dtype)()[1]()
             found.append(ret if isinstance(ret, tuple) else (ret,))
         return found
 
@@ -165,14 +194,19 @@ class OpExercise(Exercise):
         expected = self._expected(dtype)
         results = []
         for i, case in enumerate(self._cases(dtype)[:limit]):
-            with learner_code(path, fn_name):
-                ret = self._call(fn, case, i, dtype)
-            results.append(self._named(ret, expected[i], fn_name))
+            with drawn_case(case.label):
+                ret = guarded(self._make(fn, case, i, dtype), path, fn_name)
+                results.append(self._named(ret, expected[i], fn_name))
         return results
 
     def _named(self, ret, expected: tuple, fn_name: str) -> dict:
         """``{gradient name: array}`` from what a backward returned, checked for kind."""
-        got = tuple(ret) if isinstance(ret, (tuple, list)) else (ret,)
+        if isinstance(ret, list):
+            raise LearnerError(
+                f"{fn_name} returned a list: return an array, or a tuple of them "
+                f"(({', '.join(self.gradients[: len(expected)])}))"
+            )
+        got = tuple(ret) if isinstance(ret, tuple) else (ret,)
         names = self.gradients
         if len(got) != len(expected):
             want = ", ".join(names)
@@ -204,7 +238,7 @@ class OpExercise(Exercise):
         found = []
         for case in self._cases("float64"):
             kwargs = {k: v.n if isinstance(v, Seed) else v for k, v in case.kwargs.items()}
-            with learner_code(path, fn_name):
+            with drawn_case(case.label), learner_code(path, fn_name):
                 report = check_op(
                     self.graded_forward or self.forward,
                     fn,

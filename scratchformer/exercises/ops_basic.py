@@ -11,6 +11,7 @@ import math
 
 from scratchformer import kernels
 from scratchformer.backend import xp
+from scratchformer.exercises import draw
 from scratchformer.exercises.op import XP_IMPORT, OpExercise, mistake
 from scratchformer.exercises.spec import always
 from scratchformer.ops import activations, embedding, linear, softmax
@@ -58,6 +59,7 @@ like b, or None when ``cache.has_bias`` is False. ``...`` is any number of leadi
 (here (B, T)): W and b are used at every one of those positions.""",
     imports=f"{XP_IMPORT}\nfrom scratchformer.ops.linear import LinearCache",
     cases=kernels.table("linear").cases,
+    drawn=draw.linear,
     gradients=("dx", "dW", "db"),
     hints=(
         "Write out = x W + b for one row n: out[n, j] = sum_i x[n, i] W[i, j] + b[j]. "
@@ -155,6 +157,7 @@ RELU = OpExercise(
     ),
     imports=f"{XP_IMPORT}\nfrom scratchformer.ops.activations import ReLUCache",
     cases=kernels.table("relu").cases,
+    drawn=draw.pointwise,
     gradients=("dx",),
     hints=(
         "ReLU is applied entry by entry, so its Jacobian is diagonal: dx = dout * (the "
@@ -211,6 +214,7 @@ from scratchformer.ops.activations import GELUCache
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715""",
     cases=kernels.table("gelu").cases,
+    drawn=draw.pointwise,
     gradients=("dx",),
     hints=(
         "out = 0.5 x (1 + t) is a product of two functions of x: x and (1 + t), with "
@@ -297,6 +301,7 @@ Return ``dE`` (V, D) like E. The same id may occur several times in ids.""",
 from scratchformer import device  # device.segment_sum(idx, rows, K): equal indices add up
 from scratchformer.ops.embedding import EmbeddingCache""",
     cases=kernels.table("embedding").cases,
+    drawn=draw.embedding,
     graded_forward=_embedding_constant_pad,
     gradients=("dE",),
     hints=(
@@ -337,6 +342,10 @@ def _softmax_wrong_axis(dout, cache):
     return (dout - (dout * P).sum(axis=-2, keepdims=True)) * P
 
 
+def _softmax_diagonal(dout, cache):
+    return dout * cache.P * (1.0 - cache.P)
+
+
 def _softmax_per_batch(dout, cache):
     return softmax.softmax_backward(dout, cache) / dout.shape[0]
 
@@ -365,6 +374,7 @@ Return ``dx`` (..., K) like x. Every row is its own softmax: nothing mixes rows.
 from scratchformer import device  # device.rowdot(a, b) = sum(a * b, -1)
 from scratchformer.ops.softmax import SoftmaxCache""",
     cases=kernels.table("softmax").cases,
+    drawn=draw.softmax,
     gradients=("dx",),
     hints=(
         "P_j = exp(x_j) / sum_k exp(x_k): every output of a row depends on every input "
@@ -380,6 +390,14 @@ from scratchformer.ops.softmax import SoftmaxCache""",
             "each P_j depends on every x_i of its row: the Jacobian has an off-diagonal "
             "part, a sum over the row (docs/derivations.md#softmax)",
             _softmax_no_row_sum,
+            softmax.softmax_backward,
+        ),
+        mistake(
+            "diagonal-jacobian",
+            "the Jacobian's diagonal only: dx = dout * P * (1 - P)",
+            "P_j depends on x_i for every i of the row, not only i = j: the off-diagonal "
+            "entries -P_i P_j add a row sum (docs/derivations.md#softmax)",
+            _softmax_diagonal,
             softmax.softmax_backward,
         ),
         mistake(

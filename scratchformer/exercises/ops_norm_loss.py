@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from scratchformer import kernels
 from scratchformer.backend import xp
+from scratchformer.exercises import draw
 from scratchformer.exercises.op import XP_IMPORT, OpExercise, mistake, randn, with_cases
 from scratchformer.exercises.spec import always
 from scratchformer.kernels.cases import Case
@@ -16,15 +17,17 @@ from scratchformer.ops import dropout, layernorm, loss
 
 
 # -- layer norm --------------------------------------------------------------------------
-def _ln(dout, cache, *, mean=True, variance=True, gamma=True):
+def _ln(dout, cache, *, mean=True, variance=True, gamma=True, unbiased=False):
     xhat, rstd, g = cache
     d = xhat.shape[-1]
+    # the unbiased variance's 1/(D-1) in the variance term (the forward's is 1/D)
+    per = d / (d - 1) if unbiased else 1.0
     dxhat = dout * g if gamma else dout * 1.0
     dx = dxhat
     if mean:
         dx = dx - dxhat.mean(axis=-1, keepdims=True)
     if variance:
-        dx = dx - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True)
+        dx = dx - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True) * per
     dx = dx * rstd
     dgamma = (dout * xhat).reshape(-1, d).sum(axis=0)
     return dx, dgamma, dout.reshape(-1, d).sum(axis=0)
@@ -44,6 +47,10 @@ def _ln_constants(dout, cache):
 
 def _ln_no_gamma(dout, cache):
     return _ln(dout, cache, gamma=False)
+
+
+def _ln_unbiased(dout, cache):
+    return _ln(dout, cache, unbiased=True)
 
 
 def _layernorm_cases(r, dtype):
@@ -78,6 +85,7 @@ mu and var are computed from x: each depends on every entry of its row.""",
 from scratchformer import device  # device.rowdot(a, b) = sum(a * b, -1)
 from scratchformer.ops.layernorm import LayerNormCache""",
     cases=with_cases(kernels.table("layernorm").cases, _layernorm_cases),
+    drawn=draw.layernorm,
     gradients=("dx", "dgamma", "dbeta"),
     hints=(
         "gamma and beta are shared by every row: dgamma and dbeta are sums over the rows "
@@ -122,6 +130,14 @@ from scratchformer.ops.layernorm import LayerNormCache""",
             _ln_no_gamma,
             layernorm.layernorm_backward,
         ),
+        mistake(
+            "unbiased-variance",
+            "the variance term with 1/(D-1), the unbiased variance, where the forward's is 1/D",
+            "differentiate the variance the forward computed: the mean of the squares, a "
+            "1/D (docs/derivations.md#layer-norm)",
+            _ln_unbiased,
+            layernorm.layernorm_backward,
+        ),
     ),
     uses=always("every LayerNorm: each Add & Norm (and the final norms with pre-LN)"),
 )
@@ -159,6 +175,7 @@ Return ``dx`` like x.""",
     imports=f"{XP_IMPORT}\nfrom scratchformer.ops.dropout import DropoutCache",
     given=(dropout.dropout_mask,),
     cases=kernels.table("dropout").cases,
+    drawn=draw.dropout,
     gradients=("dx",),
     hints=(
         "out = x * m with m = mask / (1 - p) fixed by the forward: a constant factor per "
@@ -197,6 +214,9 @@ def _ce(dout, cache, *, smoothing="V-1", keep_pad=False, count_all=False, softma
         q = off + onehot * (1.0 - eps - off)
     elif smoothing == "V":
         q = eps / V + onehot * (1.0 - eps)
+    elif smoothing == "V-2":
+        off = eps / (V - 2) if eps else 0.0
+        q = off + onehot * (1.0 - eps - off)
     else:
         q = onehot * 1.0
     keep = xp.ones(target.shape, dtype=bool) if keep_pad else cache.keep
@@ -236,6 +256,7 @@ Return ``dlogits`` (N..., V) like the logits.""",
     given=(loss.smoothing_weights, loss.check_scores),
     solution=(loss.row_factors, loss.subtract_q),
     cases=kernels.table("cross_entropy").cases,
+    drawn=draw.cross_entropy,
     gradients=("dlogits",),
     hints=(
         "Write the loss of one target as -sum_k q_k log P_k, with log P = log-softmax of "
@@ -252,6 +273,14 @@ Return ``dlogits`` (N..., V) like the logits.""",
             "as the forward's _smoothing_weights does "
             "(docs/derivations.md#label-smoothed-cross-entropy)",
             lambda dout, cache: _ce(dout, cache, smoothing="V"),
+            loss.cross_entropy_backward,
+        ),
+        mistake(
+            "eps-over-V-2",
+            "label smoothing with eps/(V-2) instead of eps/(V-1)",
+            "eps is shared by the tokens other than the target: there are V-1 of them, "
+            "not V-2 (docs/derivations.md#label-smoothed-cross-entropy)",
+            lambda dout, cache: _ce(dout, cache, smoothing="V-2"),
             loss.cross_entropy_backward,
         ),
         mistake(

@@ -95,6 +95,11 @@ class Exercise:
         """``[(case label, GradReport)]``: the learner's gradients against the truth."""
         raise NotImplementedError
 
+    def facts(self) -> list[dict]:
+        """Per input, what the generic diagnoses may name: ``{"scales": {name: value},
+        "ids": int array or None}`` (generic.py); none by default."""
+        return []
+
     def plug(self, code: dict):
         """A context manager: ``code`` in place of the engine's while it is open."""
         raise NotImplementedError
@@ -119,6 +124,48 @@ class Exercise:
         raise KeyError(name)
 
 
+# -- inputs drawn afresh each run -------------------------------------------------------
+#: the label of every drawn input starts with it
+DRAWN = "drawn"
+_DRAW: dict = {"seed": None}
+
+
+def new_seed() -> int:
+    """A seed for the drawn shapes of one run of ``check`` (printed, so it replays)."""
+    return int.from_bytes(os.urandom(4), "little") % 1_000_000
+
+
+@contextlib.contextmanager
+def drawing(seed: int | None):
+    """Every exercise's inputs include shapes drawn from ``seed`` while the context is
+    open (None: the designed inputs only, as the learner's file lists them)."""
+    saved = _DRAW["seed"]
+    _DRAW["seed"] = seed
+    try:
+        yield
+    finally:
+        _DRAW["seed"] = saved
+
+
+def draw_seed() -> int | None:
+    return _DRAW["seed"]
+
+
+@contextlib.contextmanager
+def drawn_case(label: str):
+    """An error of the learner's code on a drawn input says so: the designed inputs
+    passed before it, so a size written into the code is the likely cause."""
+    try:
+        yield
+    except LearnerError as e:
+        if not label.startswith(DRAWN) or "drawn input" in str(e):
+            raise
+        raise type(e)(
+            f"{e} (on the input {label[len(DRAWN) + 2 :]}, drawn with seed {draw_seed()}: is "
+            "a size of the other inputs written into your code?)"
+        ) from None
+
+
 # -- running a learner's code ------------------------------------------------------------
 def where_in(path: str, tb) -> tuple[int, str] | None:
     """``(line, function)`` of the last frame of ``tb`` in the file ``path``."""
@@ -140,7 +187,17 @@ def learner_code(path: str | None, doing: str):
     except (LearnerError, NotWritten):
         raise
     except NotImplementedError as e:
-        raise NotWritten(str(e) or doing) from None
+        frames = traceback.extract_tb(e.__traceback__)
+        if not path or (frames and frames[-1].filename == path):  # their stub's raise
+            raise NotWritten(str(e) or doing) from None
+        last = frames[-1] if frames else None  # raised elsewhere: not their file's stub
+        place = f" in {shown(last.filename)}, line {last.lineno}" if last else ""
+        at = where_in(path, e.__traceback__)
+        mine = f"{shown(path)}, line {at[0]}: " if at else ""
+        raise LearnerError(
+            f"{mine}NotImplementedError{place}: {str(e) or 'raised'} (not your function's "
+            "stub: a file it calls)"
+        ) from None
     except Exception as e:  # the learner's code may raise anything
         at = where_in(path, e.__traceback__) if path else None
         what = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
@@ -233,6 +290,11 @@ def rule(title: str) -> str:
 __all__ = [
     "always",
     "DERIVATIONS",
+    "DRAWN",
+    "draw_seed",
+    "drawing",
+    "drawn_case",
+    "new_seed",
     "H",
     "MATCH_TOL",
     "TOL",

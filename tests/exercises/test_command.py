@@ -83,6 +83,10 @@ def test_start_check_fix_pass_and_list(here, capsys):
     assert (
         f"1 of {len(EXERCISES)} exercises passing. Next: scratchformer exercise start linear" in out
     )
+    run(capsys, "start", "relu")  # started, not written: it comes before a new one
+    code, out, _ = run(capsys, "list")
+    assert "Next: scratchformer exercise check relu" in out
+    (here / "exercises" / "relu.py").unlink()
     assert every_file(here) == {"exercises/layernorm.py"}
 
 
@@ -114,7 +118,9 @@ def test_a_broken_file_gets_one_line(here, capsys, body, expected):
     code, out, err = run(capsys, "check", "layernorm")
     assert code == 1 and err == ""
     assert "Traceback" not in out
-    lines = out.strip().splitlines()
+    report, _, seed = out.strip().rpartition("\n\n")
+    assert seed.startswith("shapes drawn with seed ")  # the last line: how to replay them
+    lines = report.splitlines()
     assert lines[0] == "layernorm: layer norm (exercises/layernorm.py)"
     assert expected in lines[1], out
     assert len(lines) <= 3, out  # the problem, and FAILED for a result of the wrong kind
@@ -146,7 +152,12 @@ def test_check_a_file_by_its_path_and_unknown_names(here, capsys):
 def test_hints_come_one_at_a_time_and_are_kept_in_the_folder(here, capsys):
     ex = EXERCISES["softmax"]
     for n in range(1, len(ex.hints) + 1):
-        code, out, _ = run(capsys, "hint", "softmax")
+        if n == len(ex.hints):  # the last gives the formula away: only when asked
+            code, out, _ = run(capsys, "hint", "softmax")
+            assert code == 0 and "gives the formula away" in out and "--spoil" in out
+            code, out, _ = run(capsys, "hint", "softmax", "--spoil")
+        else:
+            code, out, _ = run(capsys, "hint", "softmax")
         assert code == 0 and f"hint {n} of {len(ex.hints)} for softmax" in out
         assert ex.hints[n - 1][:40] in " ".join(out.split())
     code, out, _ = run(capsys, "hint", "softmax")
@@ -158,6 +169,8 @@ def test_hints_come_one_at_a_time_and_are_kept_in_the_folder(here, capsys):
 
 def test_solution_shows_the_engines_code_and_derivation(here, capsys):
     code, out, _ = run(capsys, "solution", "layernorm")
+    assert code == 1 and "not printed" in out and "--yes" in out  # asked; nobody answered
+    code, out, _ = run(capsys, "solution", "layernorm", "--yes")
     assert code == 0
     assert "dx = rstd * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat)" in out  # the engine's
     assert "## Layer norm" in out and "the chain rule through" in out
@@ -166,7 +179,38 @@ def test_solution_shows_the_engines_code_and_derivation(here, capsys):
 
 def test_nothing_is_written_without_a_folder_and_check_says_so(here, capsys):
     code, out, _ = run(capsys, "check")
-    assert code == 0 and "no exercise started in exercises/" in out
+    assert code == 1 and "no exercise started in exercises/" in out
     code, _, _ = run(capsys, "list", "--dir", "elsewhere")
     assert code == 0
     assert every_file(here) == set() and not os.listdir(here)
+
+
+def test_check_from_inside_the_folder_finds_the_files(here, capsys):
+    run(capsys, "start", "relu")
+    os.chdir(here / "exercises")
+    code, out, err = run(capsys, "check", "relu")
+    assert code == 1 and "relu: ReLU (relu.py)" in out and "not written yet" in out, out + err
+    assert "exercise start" not in out + err
+
+
+def test_a_list_returned_and_a_not_implemented_elsewhere_say_what_they_are(here, capsys):
+    run(capsys, "start", "layernorm")
+    path = here / "exercises" / "layernorm.py"
+    fill(path, f"    return [dout, {SUMS}, {SUMS}]\n")
+    code, out, _ = run(capsys, "check", "layernorm")
+    assert code == 1 and "returned a list: return an array, or a tuple of them" in out
+    helper = here / "helper.py"
+    helper.write_text("def step(x):\n    raise NotImplementedError('half done')\n")
+    text = path.read_text().replace(
+        "EXERCISE = ", f"import sys\nsys.path.insert(0, {str(here)!r})\nEXERCISE = ", 1
+    )
+    path.write_text(
+        text.replace(
+            f"    return [dout, {SUMS}, {SUMS}]\n",
+            "    import helper\n    return helper.step(dout)\n",
+        )
+    )
+    code, out, _ = run(capsys, "check", "layernorm")
+    assert (
+        code == 1 and "not written" not in out and "NotImplementedError in helper.py, line 2" in out
+    ), out
