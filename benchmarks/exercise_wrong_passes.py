@@ -121,40 +121,104 @@ ADAM = """\
 # (exercise, label, generic class or "", {function: body})
 WRONG = [
     # -- one per generic class ------------------------------------------------------------
-    ("linear", "dx with its sign flipped", "sign", {"linear_backward": """\
+    (
+        "linear",
+        "dx with its sign flipped",
+        "sign",
+        {
+            "linear_backward": """\
     x, W, has_bias = cache
     D, E = W.shape
     dx = -(dout @ W.T)
     dW = x.reshape(-1, D).T @ dout.reshape(-1, E)
     return dx, dW, dout.reshape(-1, E).sum(0) if has_bias else None
-"""}),
-    ("attention", "dQ scaled by s twice", "factor 1/sqrt(d_k)", {"dot_product_logits_backward": """\
+"""
+        },
+    ),
+    (
+        "attention",
+        "dQ scaled by s twice",
+        "factor 1/sqrt(d_k)",
+        {
+            "dot_product_logits_backward": """\
     Q, K, s = cache
     return s * s * (dZ @ K), s * (dZ.swapaxes(-1, -2) @ Q)
-"""}),
-    ("dropout", "the survivors' scale applied twice", "factor 1/(1-p)", {"dropout_backward": """\
+"""
+        },
+    ),
+    (
+        "dropout",
+        "the survivors' scale applied twice",
+        "factor 1/(1-p)",
+        {
+            "dropout_backward": """\
     if cache.mask is None:
         return dout.copy()
     return dout * cache.mask * (cache.scale * cache.scale)
-"""}),
-    ("cross_entropy", "the mean's 1/n left out", "factor n targets", {"cross_entropy_backward": CE + """\
+"""
+        },
+    ),
+    (
+        "cross_entropy",
+        "the mean's 1/n left out",
+        "factor n targets",
+        {
+            "cross_entropy_backward": CE
+            + """\
     return ((P - q) * keep * dout).astype(P.dtype)
-"""}),
-    ("layernorm", "dbeta added twice", "factor 2", {"layernorm_backward": LN + """\
+"""
+        },
+    ),
+    (
+        "layernorm",
+        "dbeta added twice",
+        "factor 2",
+        {
+            "layernorm_backward": LN
+            + """\
     return dx, dgamma, dbeta + dbeta
-"""}),
-    ("layernorm", "dgamma and dbeta swapped", "swap", {"layernorm_backward": LN + """\
+"""
+        },
+    ),
+    (
+        "layernorm",
+        "dgamma and dbeta swapped",
+        "swap",
+        {
+            "layernorm_backward": LN
+            + """\
     return dx, dbeta, dgamma
-"""}),
-    ("relu", "a gradient of zeros", "all-zero", {"relu_backward": """\
+"""
+        },
+    ),
+    (
+        "relu",
+        "a gradient of zeros",
+        "all-zero",
+        {
+            "relu_backward": """\
     return xp.zeros_like(dout)
-"""}),
-    ("softmax", "masked entries given dout", "masked-only", {"softmax_backward": """\
+"""
+        },
+    ),
+    (
+        "softmax",
+        "masked entries given dout",
+        "masked-only",
+        {
+            "softmax_backward": """\
     P = cache.P
     dx = (dout - (dout * P).sum(axis=-1, keepdims=True)) * P
     return xp.where(P == 0, dout, dx)
-"""}),
-    ("embedding", "dE[ids] = dout: repeats overwrite", "repeated-ids-only", {"embedding_backward": """\
+"""
+        },
+    ),
+    (
+        "embedding",
+        "dE[ids] = dout: repeats overwrite",
+        "repeated-ids-only",
+        {
+            "embedding_backward": """\
     ids, V, pad_id = cache
     d = dout.shape[-1]
     dE = xp.zeros((V, d), dtype=dout.dtype)
@@ -162,216 +226,516 @@ WRONG = [
     if pad_id is not None:
         dE[pad_id] = 0
     return dE
-"""}),
+"""
+        },
+    ),
     # -- the blind spots ------------------------------------------------------------------
-    ("dropout", "in place: dout *= mask", "", {"dropout_backward": """\
+    (
+        "dropout",
+        "in place: dout *= mask",
+        "",
+        {
+            "dropout_backward": """\
     if cache.mask is None:
         return dout
     dout *= cache.mask
     dout *= cache.scale
     return dout
-"""}),
-    ("linear", "zeroes cache.x after use", "", {"linear_backward": """\
+"""
+        },
+    ),
+    (
+        "linear",
+        "zeroes cache.x after use",
+        "",
+        {
+            "linear_backward": """\
     x, W, has_bias = cache
     D, E = W.shape
     dW = x.reshape(-1, D).T @ dout.reshape(-1, E)
     x[...] = 0.0
     return dout @ W.T, dW, dout.reshape(-1, E).sum(0) if has_bias else None
-"""}),
-    ("linear", "a shape written in: reshape(6, ...)", "", {"linear_backward": """\
+"""
+        },
+    ),
+    (
+        "linear",
+        "a shape written in: reshape(6, ...)",
+        "",
+        {
+            "linear_backward": """\
     x, W, has_bias = cache
     D, E = W.shape
     dW = x.reshape(6, D).T @ dout.reshape(6, E)
     return dout @ W.T, dW, dout.reshape(6, E).sum(0) if has_bias else None
-"""}),
-    ("relu", "in place: dout[~positive] = 0", "", {"relu_backward": """\
+"""
+        },
+    ),
+    (
+        "relu",
+        "in place: dout[~positive] = 0",
+        "",
+        {
+            "relu_backward": """\
     dout[~cache.positive] = 0.0
     return dout
-"""}),
-    ("encoder_layer", "dx += into exit_backward's result", "", {"encoder_layer_backward": ENC + """\
+"""
+        },
+    ),
+    (
+        "encoder_layer",
+        "dx += into exit_backward's result",
+        "",
+        {
+            "encoder_layer_backward": ENC
+            + """\
     dx += dsub
     c = cache.self_attn
     dx_res, da = self.self_attn_norm.exit_backward(dx, c.exit)
     da_q, da_kv = self.self_attn.backward(da, c.sublayer)
     return dx_res + self.self_attn_norm.enter_backward(da_q + da_kv, c.enter)
-"""}),
+"""
+        },
+    ),
     # -- more: linear ---------------------------------------------------------------------
-    ("linear", "dW = dout^T x, transposed", "", {"linear_backward": """\
+    (
+        "linear",
+        "dW = dout^T x, transposed",
+        "",
+        {
+            "linear_backward": """\
     x, W, has_bias = cache
     D, E = W.shape
     dW = dout.reshape(-1, E).T @ x.reshape(-1, D)
     return dout @ W.T, dW, dout.reshape(-1, E).sum(0) if has_bias else None
-"""}),
-    ("linear", "db = dout.sum(0) over the batch axis only", "", {"linear_backward": """\
+"""
+        },
+    ),
+    (
+        "linear",
+        "db = dout.sum(0) over the batch axis only",
+        "",
+        {
+            "linear_backward": """\
     x, W, has_bias = cache
     D, E = W.shape
     dW = x.reshape(-1, D).T @ dout.reshape(-1, E)
     db = dout.sum(axis=0) if has_bias else None
     return dout @ W.T, dW, db
-"""}),
-    ("linear", "dW from x's first position only", "", {"linear_backward": """\
+"""
+        },
+    ),
+    (
+        "linear",
+        "dW from x's first position only",
+        "",
+        {
+            "linear_backward": """\
     x, W, has_bias = cache
     D, E = W.shape
     dW = x[..., :1, :].reshape(-1, D).T @ dout[..., :1, :].reshape(-1, E)
     return dout @ W.T, dW, dout.reshape(-1, E).sum(0) if has_bias else None
-"""}),
-    ("linear", "db returned without a bias", "", {"linear_backward": """\
+"""
+        },
+    ),
+    (
+        "linear",
+        "db returned without a bias",
+        "",
+        {
+            "linear_backward": """\
     x, W, has_bias = cache
     D, E = W.shape
     dW = x.reshape(-1, D).T @ dout.reshape(-1, E)
     return dout @ W.T, dW, dout.reshape(-1, E).sum(0)
-"""}),
-    ("linear", "dW averaged over rows", "", {"linear_backward": """\
+"""
+        },
+    ),
+    (
+        "linear",
+        "dW averaged over rows",
+        "",
+        {
+            "linear_backward": """\
     x, W, has_bias = cache
     D, E = W.shape
     dW = x.reshape(-1, D).T @ dout.reshape(-1, E) / x.reshape(-1, D).shape[0]
     return dout @ W.T, dW, dout.reshape(-1, E).sum(0) if has_bias else None
-"""}),
+"""
+        },
+    ),
     # -- relu, gelu -----------------------------------------------------------------------
-    ("relu", "mask of x >= 0 read as x < 0 plus one", "", {"relu_backward": """\
+    (
+        "relu",
+        "mask of x >= 0 read as x < 0 plus one",
+        "",
+        {
+            "relu_backward": """\
     return dout * (1.0 - cache.positive) + 0.0 * dout
-"""}),
-    ("relu", "dout squared", "", {"relu_backward": """\
+"""
+        },
+    ),
+    (
+        "relu",
+        "dout squared",
+        "",
+        {
+            "relu_backward": """\
     return dout * dout * cache.positive
-"""}),
-    ("gelu", "without the 0.5 of the second term", "", {"gelu_backward": """\
+"""
+        },
+    ),
+    (
+        "gelu",
+        "without the 0.5 of the second term",
+        "",
+        {
+            "gelu_backward": """\
     x, t = cache
     du = _GELU_C * (1.0 + 3.0 * _GELU_A * x * x)
     return dout * (0.5 * (1.0 + t) + x * (1.0 - t * t) * du)
-"""}),
-    ("gelu", "du/dx with a instead of 3a", "", {"gelu_backward": """\
+"""
+        },
+    ),
+    (
+        "gelu",
+        "du/dx with a instead of 3a",
+        "",
+        {
+            "gelu_backward": """\
     x, t = cache
     du = _GELU_C * (1.0 + _GELU_A * x * x)
     return dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
-"""}),
-    ("gelu", "the derivative of x Phi(x) for the exact GELU", "", {"gelu_backward": """\
+"""
+        },
+    ),
+    (
+        "gelu",
+        "the derivative of x Phi(x) for the exact GELU",
+        "",
+        {
+            "gelu_backward": """\
     x, t = cache
     phi = xp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
     return dout * (0.5 * (1.0 + t) + x * phi)
-"""}),
-    ("gelu", "returns the forward's value", "", {"gelu_backward": """\
+"""
+        },
+    ),
+    (
+        "gelu",
+        "returns the forward's value",
+        "",
+        {
+            "gelu_backward": """\
     x, t = cache
     return dout * 0.5 * x * (1.0 + t)
-"""}),
-    ("gelu", "float64 result on float32 inputs", "", {"gelu_backward": """\
+"""
+        },
+    ),
+    (
+        "gelu",
+        "float64 result on float32 inputs",
+        "",
+        {
+            "gelu_backward": """\
     x, t = cache
     du = _GELU_C * (1.0 + 3.0 * _GELU_A * x * x)
     out = dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
     return out.astype("float64")
-"""}),
+"""
+        },
+    ),
     # -- embedding ------------------------------------------------------------------------
-    ("embedding", "the padding row not zeroed, and mean over repeats", "", {"embedding_backward": """\
+    (
+        "embedding",
+        "the padding row not zeroed, and mean over repeats",
+        "",
+        {
+            "embedding_backward": """\
     ids, V, pad_id = cache
     d = dout.shape[-1]
     dE = device.segment_sum(ids.reshape(-1), dout.reshape(-1, d), V)
     counts = xp.bincount(ids.reshape(-1), minlength=V)[:, None]
     return dE / xp.maximum(counts, 1)
-"""}),
-    ("embedding", "dE of shape (B*T, D)", "", {"embedding_backward": """\
+"""
+        },
+    ),
+    (
+        "embedding",
+        "dE of shape (B*T, D)",
+        "",
+        {
+            "embedding_backward": """\
     return dout.reshape(-1, dout.shape[-1]).copy()
-"""}),
-    ("embedding", "padding zeroed at position 0 instead of row pad_id", "", {"embedding_backward": """\
+"""
+        },
+    ),
+    (
+        "embedding",
+        "padding zeroed at position 0 instead of row pad_id",
+        "",
+        {
+            "embedding_backward": """\
     ids, V, pad_id = cache
     d = dout.shape[-1]
     dE = device.segment_sum(ids.reshape(-1), dout.reshape(-1, d), V)
     if pad_id is not None:
         dE[ids.reshape(-1)[0]] = 0
     return dE
-"""}),
+"""
+        },
+    ),
     # -- softmax --------------------------------------------------------------------------
-    ("softmax", "the row sum without P", "", {"softmax_backward": """\
+    (
+        "softmax",
+        "the row sum without P",
+        "",
+        {
+            "softmax_backward": """\
     P = cache.P
     return (dout - dout.sum(axis=-1, keepdims=True)) * P
-"""}),
-    ("softmax", "the row sum of dout * P, not multiplied back by P", "", {"softmax_backward": """\
+"""
+        },
+    ),
+    (
+        "softmax",
+        "the row sum of dout * P, not multiplied back by P",
+        "",
+        {
+            "softmax_backward": """\
     P = cache.P
     return dout * P - (dout * P).sum(axis=-1, keepdims=True)
-"""}),
-    ("softmax", "(dout - mean(dout)) * P", "", {"softmax_backward": """\
+"""
+        },
+    ),
+    (
+        "softmax",
+        "(dout - mean(dout)) * P",
+        "",
+        {
+            "softmax_backward": """\
     P = cache.P
     return (dout - dout.mean(axis=-1, keepdims=True)) * P
-"""}),
-    ("softmax", "the Jacobian's transpose applied on the wrong side", "", {"softmax_backward": """\
+"""
+        },
+    ),
+    (
+        "softmax",
+        "the Jacobian's transpose applied on the wrong side",
+        "",
+        {
+            "softmax_backward": """\
     P = cache.P
     return dout * P - P * (P * P).sum(axis=-1, keepdims=True) * dout
-"""}),
+"""
+        },
+    ),
     # -- layer norm -----------------------------------------------------------------------
-    ("layernorm", "rstd squared in dx", "", {"layernorm_backward": LN + """\
+    (
+        "layernorm",
+        "rstd squared in dx",
+        "",
+        {
+            "layernorm_backward": LN
+            + """\
     return dx * rstd, dgamma, dbeta
-"""}),
-    ("layernorm", "the variance term's sign", "", {"layernorm_backward": """\
+"""
+        },
+    ),
+    (
+        "layernorm",
+        "the variance term's sign",
+        "",
+        {
+            "layernorm_backward": """\
     xhat, rstd, gamma = cache
     D = xhat.shape[-1]
     dxhat = dout * gamma
     dx = rstd * (dxhat - dxhat.mean(axis=-1, keepdims=True)
                  + xhat * (dxhat * xhat).mean(axis=-1, keepdims=True))
     return dx, (dout * xhat).reshape(-1, D).sum(0), dout.reshape(-1, D).sum(0)
-"""}),
-    ("layernorm", "dgamma without xhat", "", {"layernorm_backward": LN + """\
+"""
+        },
+    ),
+    (
+        "layernorm",
+        "dgamma without xhat",
+        "",
+        {
+            "layernorm_backward": LN
+            + """\
     return dx, dbeta.copy(), dbeta
-"""}),
-    ("layernorm", "dgamma, dbeta not summed over rows", "", {"layernorm_backward": LN + """\
+"""
+        },
+    ),
+    (
+        "layernorm",
+        "dgamma, dbeta not summed over rows",
+        "",
+        {
+            "layernorm_backward": LN
+            + """\
     return dx, dout * xhat, dout
-"""}),
-    ("layernorm", "mean over all entries, not each row", "", {"layernorm_backward": """\
+"""
+        },
+    ),
+    (
+        "layernorm",
+        "mean over all entries, not each row",
+        "",
+        {
+            "layernorm_backward": """\
     xhat, rstd, gamma = cache
     D = xhat.shape[-1]
     dxhat = dout * gamma
     dx = rstd * (dxhat - dxhat.mean() - xhat * (dxhat * xhat).mean())
     return dx, (dout * xhat).reshape(-1, D).sum(0), dout.reshape(-1, D).sum(0)
-"""}),
+"""
+        },
+    ),
     # -- dropout --------------------------------------------------------------------------
-    ("dropout", "the mask inverted", "", {"dropout_backward": """\
+    (
+        "dropout",
+        "the mask inverted",
+        "",
+        {
+            "dropout_backward": """\
     if cache.mask is None:
         return dout.copy()
     return dout * (~cache.mask) * cache.scale
-"""}),
-    ("dropout", "divided by the scale", "", {"dropout_backward": """\
+"""
+        },
+    ),
+    (
+        "dropout",
+        "divided by the scale",
+        "",
+        {
+            "dropout_backward": """\
     if cache.mask is None:
         return dout.copy()
     return dout * cache.mask / cache.scale
-"""}),
-    ("dropout", "a fresh mask drawn", "", {"dropout_backward": """\
+"""
+        },
+    ),
+    (
+        "dropout",
+        "a fresh mask drawn",
+        "",
+        {
+            "dropout_backward": """\
     if cache.mask is None:
         return dout.copy()
     keep = xp.asarray(__import__("numpy").random.default_rng(0).random(dout.shape) < 0.7)
     return dout * keep * cache.scale
-"""}),
+"""
+        },
+    ),
     # -- cross-entropy --------------------------------------------------------------------
-    ("cross_entropy", "P - q without dout", "", {"cross_entropy_backward": CE + """\
+    (
+        "cross_entropy",
+        "P - q without dout",
+        "",
+        {
+            "cross_entropy_backward": CE
+            + """\
     return ((P - q) * keep / n).astype(P.dtype)
-"""}),
-    ("cross_entropy", "q - P", "", {"cross_entropy_backward": CE + """\
+"""
+        },
+    ),
+    (
+        "cross_entropy",
+        "q - P",
+        "",
+        {
+            "cross_entropy_backward": CE
+            + """\
     return ((q - P) * keep * (dout / n)).astype(P.dtype)
-"""}),
-    ("cross_entropy", "eps/(V-2) smoothing", "", {"cross_entropy_backward": """\
+"""
+        },
+    ),
+    (
+        "cross_entropy",
+        "eps/(V-2) smoothing",
+        "",
+        {
+            "cross_entropy_backward": """\
     P, target, V, eps = cache.P, cache.target, cache.V, cache.eps
     off = eps / (V - 2) if eps else 0.0
     q = off + (xp.arange(V) == target[..., None]) * (1.0 - eps - off)
     n = float(max(int(cache.n_tokens), 1))
     return ((P - q) * cache.keep[..., None] * (dout / n)).astype(P.dtype)
-"""}),
-    ("cross_entropy", "padding rows given P - q", "", {"cross_entropy_backward": CE + """\
+"""
+        },
+    ),
+    (
+        "cross_entropy",
+        "padding rows given P - q",
+        "",
+        {
+            "cross_entropy_backward": CE
+            + """\
     return ((P - q) * (dout / n)).astype(P.dtype)
-"""}),
-    ("cross_entropy", "the target's weight 1 - eps, no smoothing elsewhere", "", {"cross_entropy_backward": CE + """\
+"""
+        },
+    ),
+    (
+        "cross_entropy",
+        "the target's weight 1 - eps, no smoothing elsewhere",
+        "",
+        {
+            "cross_entropy_backward": CE
+            + """\
     q1 = (xp.arange(V) == target[..., None]) * (1.0 - eps)
     return ((P - q1) * keep * (dout / n)).astype(P.dtype)
-"""}),
+"""
+        },
+    ),
     # -- attention ------------------------------------------------------------------------
-    ("attention", "dK without the scale", "factor 1/sqrt(d_k)", {"dot_product_logits_backward": """\
+    (
+        "attention",
+        "dK without the scale",
+        "factor 1/sqrt(d_k)",
+        {
+            "dot_product_logits_backward": """\
     Q, K, s = cache
     return s * (dZ @ K), dZ.swapaxes(-1, -2) @ Q
-"""}),
-    ("attention", "dQ's queries in reverse order", "", {"dot_product_logits_backward": """\
+"""
+        },
+    ),
+    (
+        "attention",
+        "dQ's queries in reverse order",
+        "",
+        {
+            "dot_product_logits_backward": """\
     Q, K, s = cache
     return s * (dZ @ K)[..., ::-1, :], s * (dZ.swapaxes(-1, -2) @ Q)
-"""}),
-    ("attention", "dV with A before dropout", "", {"attention_core_backward": CORE.replace(
-        "dV = cache.A_drop.swapaxes", "dV = cache.softmax.P.swapaxes")}),
-    ("attention", "dropout's scale left out", "", {"attention_core_backward": CORE.replace(
-        " * cache.dropout.scale", "")}),
-    ("attention", "dA_drop added after the softmax", "", {"attention_core_backward": """\
+"""
+        },
+    ),
+    (
+        "attention",
+        "dV with A before dropout",
+        "",
+        {
+            "attention_core_backward": CORE.replace(
+                "dV = cache.A_drop.swapaxes", "dV = cache.softmax.P.swapaxes"
+            )
+        },
+    ),
+    (
+        "attention",
+        "dropout's scale left out",
+        "",
+        {"attention_core_backward": CORE.replace(" * cache.dropout.scale", "")},
+    ),
+    (
+        "attention",
+        "dA_drop added after the softmax",
+        "",
+        {
+            "attention_core_backward": """\
     dA = dO @ cache.V.swapaxes(-1, -2)
     dV = cache.A_drop.swapaxes(-1, -2) @ dO
     if cache.dropout.mask is not None:
@@ -379,76 +743,190 @@ WRONG = [
     P = cache.softmax.P
     dZ = P * (dA - (dA * P).sum(axis=-1, keepdims=True))
     return (dZ if dA_drop is None else dZ + dA_drop), dV
-"""}),
-    ("attention", "softmax row sum over the queries", "", {"attention_core_backward": CORE.replace(
-        "(dA * P).sum(axis=-1, keepdims=True)", "(dA * P).sum(axis=-2, keepdims=True)")}),
-    ("attention", "dV summed over the heads", "", {"attention_core_backward": CORE.replace(
-        "return P * (dA - (dA * P).sum(axis=-1, keepdims=True)), dV",
-        "return P * (dA - (dA * P).sum(axis=-1, keepdims=True)), "
-        "xp.broadcast_to(dV.sum(axis=1, keepdims=True), dV.shape).copy()")}),
+"""
+        },
+    ),
+    (
+        "attention",
+        "softmax row sum over the queries",
+        "",
+        {
+            "attention_core_backward": CORE.replace(
+                "(dA * P).sum(axis=-1, keepdims=True)", "(dA * P).sum(axis=-2, keepdims=True)"
+            )
+        },
+    ),
+    (
+        "attention",
+        "dV summed over the heads",
+        "",
+        {
+            "attention_core_backward": CORE.replace(
+                "return P * (dA - (dA * P).sum(axis=-1, keepdims=True)), dV",
+                "return P * (dA - (dA * P).sum(axis=-1, keepdims=True)), "
+                "xp.broadcast_to(dV.sum(axis=1, keepdims=True), dV.shape).copy()",
+            )
+        },
+    ),
     # -- multi-head attention -------------------------------------------------------------
-    ("multi_head_attention", "the value path left out of dx_kv", "", {
-        "multi_head_attention_backward": MHA_HEAD + MHA_ADD + "    return dx_q, dx_k\n"}),
-    ("multi_head_attention", "W_o's gradient not added", "", {
-        "multi_head_attention_backward": MHA_HEAD + MHA_ADD.replace(
-            '    self.grads["W_o"] += dW_o\n', "") + "    return dx_q, dx_k + dx_v\n"}),
-    ("multi_head_attention", "dW_q and dW_k swapped", "", {
-        "multi_head_attention_backward": MHA_HEAD + """\
+    (
+        "multi_head_attention",
+        "the value path left out of dx_kv",
+        "",
+        {"multi_head_attention_backward": MHA_HEAD + MHA_ADD + "    return dx_q, dx_k\n"},
+    ),
+    (
+        "multi_head_attention",
+        "W_o's gradient not added",
+        "",
+        {
+            "multi_head_attention_backward": MHA_HEAD
+            + MHA_ADD.replace('    self.grads["W_o"] += dW_o\n', "")
+            + "    return dx_q, dx_k + dx_v\n"
+        },
+    ),
+    (
+        "multi_head_attention",
+        "dW_q and dW_k swapped",
+        "",
+        {
+            "multi_head_attention_backward": MHA_HEAD
+            + """\
     self.grads["W_o"] += dW_o
     self.grads["W_q"] += dW_k
     self.grads["W_k"] += dW_q
     self.grads["W_v"] += dW_v
     return dx_q, dx_k + dx_v
-"""}),
-    ("multi_head_attention", "dx_q and dx_kv swapped", "swap", {
-        "multi_head_attention_backward": MHA_HEAD + MHA_ADD + "    return dx_k + dx_v, dx_q\n"}),
-    ("multi_head_attention", "dx_kv halved (mean of the two paths)", "", {
-        "multi_head_attention_backward": MHA_HEAD + MHA_ADD + "    return dx_q, (dx_k + dx_v) / 2\n"}),
+"""
+        },
+    ),
+    (
+        "multi_head_attention",
+        "dx_q and dx_kv swapped",
+        "swap",
+        {"multi_head_attention_backward": MHA_HEAD + MHA_ADD + "    return dx_k + dx_v, dx_q\n"},
+    ),
+    (
+        "multi_head_attention",
+        "dx_kv halved (mean of the two paths)",
+        "",
+        {
+            "multi_head_attention_backward": MHA_HEAD
+            + MHA_ADD
+            + "    return dx_q, (dx_k + dx_v) / 2\n"
+        },
+    ),
     # -- ffn ------------------------------------------------------------------------------
-    ("ffn", "b_1's gradient assigned", "", {"ffn_backward": FFN_HEAD + FFN_ADD.replace(
-        'g["b_1"] += db_1', 'g["b_1"] = db_1') + "    return dx\n"}),
-    ("ffn", "the hidden dropout's backward applied twice", "", {"ffn_backward": """\
+    (
+        "ffn",
+        "b_1's gradient assigned",
+        "",
+        {
+            "ffn_backward": FFN_HEAD
+            + FFN_ADD.replace('g["b_1"] += db_1', 'g["b_1"] = db_1')
+            + "    return dx\n"
+        },
+    ),
+    (
+        "ffn",
+        "the hidden dropout's backward applied twice",
+        "",
+        {
+            "ffn_backward": """\
     g = self.grads
     da, dW_2, db_2 = kernels.linear.backward(dout, cache.lin2)
     da = self.dropout.backward(self.dropout.backward(da, cache.drop), cache.drop)
     du = self.activation.backward(da, cache.act)
     dx, dW_1, db_1 = kernels.linear.backward(du, cache.lin1)
-""" + FFN_ADD + "    return dx\n"}),
-    ("ffn", "W_2's gradient added twice", "", {"ffn_backward": FFN_HEAD + FFN_ADD
-        + '    g["W_2"] += dW_2\n    return dx\n'}),
-    ("ffn", "dx returned as dx * 2", "", {"ffn_backward": FFN_HEAD + FFN_ADD + "    return 2 * dx\n"}),
+"""
+            + FFN_ADD
+            + "    return dx\n"
+        },
+    ),
+    (
+        "ffn",
+        "W_2's gradient added twice",
+        "",
+        {"ffn_backward": FFN_HEAD + FFN_ADD + '    g["W_2"] += dW_2\n    return dx\n'},
+    ),
+    (
+        "ffn",
+        "dx returned as dx * 2",
+        "",
+        {"ffn_backward": FFN_HEAD + FFN_ADD + "    return 2 * dx\n"},
+    ),
     # -- add & norm -----------------------------------------------------------------------
-    ("add_norm", "ds without the residual dropout's backward", "", {
-        "add_norm_exit_backward": """\
+    (
+        "add_norm",
+        "ds without the residual dropout's backward",
+        "",
+        {
+            "add_norm_exit_backward": """\
     dr = dy if self.norm_first else self._norm_backward(dy, cache.norm)
     return dr, dr * 1.0
-"""}),
-    ("add_norm", "pre-LN enter returns zeros", "", {"add_norm_enter_backward": """\
+"""
+        },
+    ),
+    (
+        "add_norm",
+        "pre-LN enter returns zeros",
+        "",
+        {
+            "add_norm_enter_backward": """\
     return self._norm_backward(ds_in, cache.norm) * 0.0 if self.norm_first else ds_in
-"""}),
-    ("add_norm", "the LayerNorm's backward run twice", "", {"add_norm_exit_backward": """\
+"""
+        },
+    ),
+    (
+        "add_norm",
+        "the LayerNorm's backward run twice",
+        "",
+        {
+            "add_norm_exit_backward": """\
     dr = dy if self.norm_first else self._norm_backward(dy, cache.norm)
     ds = self.dropout.backward(dr, cache.dropout)
     if not self.norm_first:
         self._norm_backward(dy, cache.norm)
     return dr, ds
-"""}),
+"""
+        },
+    ),
     # -- encoder, decoder -----------------------------------------------------------------
-    ("encoder_layer", "the FFN's residual left out", "", {"encoder_layer_backward": ENC + """\
+    (
+        "encoder_layer",
+        "the FFN's residual left out",
+        "",
+        {
+            "encoder_layer_backward": ENC
+            + """\
     c = cache.self_attn
     dx_res, da = self.self_attn_norm.exit_backward(dsub, c.exit)
     da_q, da_kv = self.self_attn.backward(da, c.sublayer)
     return dx_res + self.self_attn_norm.enter_backward(da_q + da_kv, c.enter)
-"""}),
-    ("encoder_layer", "self-attention's key/value path left out", "", {
-        "encoder_layer_backward": ENC + """\
+"""
+        },
+    ),
+    (
+        "encoder_layer",
+        "self-attention's key/value path left out",
+        "",
+        {
+            "encoder_layer_backward": ENC
+            + """\
     dx = dx + dsub
     c = cache.self_attn
     dx_res, da = self.self_attn_norm.exit_backward(dx, c.exit)
     da_q, da_kv = self.self_attn.backward(da, c.sublayer)
     return dx_res + self.self_attn_norm.enter_backward(da_q, c.enter)
-"""}),
-    ("encoder_layer", "the sub-layers in forward order", "", {"encoder_layer_backward": """\
+"""
+        },
+    ),
+    (
+        "encoder_layer",
+        "the sub-layers in forward order",
+        "",
+        {
+            "encoder_layer_backward": """\
     c = cache.self_attn
     dx_res, da = self.self_attn_norm.exit_backward(dout, c.exit)
     da_q, da_kv = self.self_attn.backward(da, c.sublayer)
@@ -456,30 +934,61 @@ WRONG = [
     c = cache.ffn
     dx2, df = self.ffn_norm.exit_backward(dx, c.exit)
     return dx2 + self.ffn_norm.enter_backward(self.ffn.backward(df, c.sublayer), c.enter)
-"""}),
-    ("decoder_layer", "dmemory not returned: zeros", "all-zero", {"decoder_layer_backward": DEC + """\
+"""
+        },
+    ),
+    (
+        "decoder_layer",
+        "dmemory not returned: zeros",
+        "all-zero",
+        {
+            "decoder_layer_backward": DEC
+            + """\
     dy = dy_res + self.cross_attn_norm.enter_backward(dx_q, c.enter)
     c = cache.self_attn
     dy_res, da = self.self_attn_norm.exit_backward(dy, c.exit)
     da_q, da_kv = self.self_attn.backward(da, c.sublayer)
     return dy_res + self.self_attn_norm.enter_backward(da_q + da_kv, c.enter), 0 * dmemory
-"""}),
-    ("decoder_layer", "the cross-attention's residual left out", "", {"decoder_layer_backward": DEC + """\
+"""
+        },
+    ),
+    (
+        "decoder_layer",
+        "the cross-attention's residual left out",
+        "",
+        {
+            "decoder_layer_backward": DEC
+            + """\
     dy = self.cross_attn_norm.enter_backward(dx_q, c.enter)
     c = cache.self_attn
     dy_res, da = self.self_attn_norm.exit_backward(dy, c.exit)
     da_q, da_kv = self.self_attn.backward(da, c.sublayer)
     return dy_res + self.self_attn_norm.enter_backward(da_q + da_kv, c.enter), dmemory
-"""}),
-    ("decoder_layer", "dmemory's sign", "sign", {"decoder_layer_backward": DEC + """\
+"""
+        },
+    ),
+    (
+        "decoder_layer",
+        "dmemory's sign",
+        "sign",
+        {
+            "decoder_layer_backward": DEC
+            + """\
     dy = dy_res + self.cross_attn_norm.enter_backward(dx_q, c.enter)
     c = cache.self_attn
     dy_res, da = self.self_attn_norm.exit_backward(dy, c.exit)
     da_q, da_kv = self.self_attn.backward(da, c.sublayer)
     return dy_res + self.self_attn_norm.enter_backward(da_q + da_kv, c.enter), -dmemory
-"""}),
+"""
+        },
+    ),
     # -- shaw -----------------------------------------------------------------------------
-    ("shaw", "dE_k left at zero", "all-zero", {"shaw_logits_backward": """\
+    (
+        "shaw",
+        "dE_k left at zero",
+        "all-zero",
+        {
+            "shaw_logits_backward": """\
     Q, K, E_k, idx, scale = cache
     R = E_k.shape[0]
     dZ = dZ * scale
@@ -488,8 +997,15 @@ WRONG = [
     dQ = dZ @ K + dRel @ E_k
     dK = dZ.swapaxes(-1, -2) @ Q
     return dQ, dK, xp.zeros_like(E_k)
-"""}),
-    ("shaw", "dK without the scale", "factor 1/sqrt(d_k)", {"shaw_logits_backward": """\
+"""
+        },
+    ),
+    (
+        "shaw",
+        "dK without the scale",
+        "factor 1/sqrt(d_k)",
+        {
+            "shaw_logits_backward": """\
     Q, K, E_k, idx, scale = cache
     R = E_k.shape[0]
     dK = dZ.swapaxes(-1, -2) @ Q
@@ -499,42 +1015,97 @@ WRONG = [
     dQ = dZ @ K + dRel @ E_k
     dE_k = dRel.reshape(-1, R).T @ Q.reshape(-1, Q.shape[-1])
     return dQ, dK, dE_k
-"""}),
+"""
+        },
+    ),
     # -- adam -----------------------------------------------------------------------------
-    ("adam", "m and v swapped in the update", "swap", {"adam_update": """\
+    (
+        "adam",
+        "m and v swapped in the update",
+        "swap",
+        {
+            "adam_update": """\
     m_new = beta2 * m + (1 - beta2) * g * g
     v_new = beta1 * v + (1 - beta1) * g
     m_hat = v_new / (1 - beta1**t)
     v_hat = m_new / (1 - beta2**t)
     theta -= lr * m_hat / (xp.sqrt(v_hat) + eps)
     m[...], v[...] = m_new, v_new
-"""}),
-    ("adam", "theta += instead of -=", "sign", {"adam_update": ADAM + """\
+"""
+        },
+    ),
+    (
+        "adam",
+        "theta += instead of -=",
+        "sign",
+        {
+            "adam_update": ADAM
+            + """\
     theta += lr * (m / (1 - beta1**t)) / (xp.sqrt(v / (1 - beta2**t)) + eps)
-"""}),
-    ("adam", "v from |g|, not g^2", "", {"adam_update": """\
+"""
+        },
+    ),
+    (
+        "adam",
+        "v from |g|, not g^2",
+        "",
+        {
+            "adam_update": """\
     m *= beta1
     m += (1 - beta1) * g
     v *= beta2
     v += (1 - beta2) * abs(g)
     theta -= lr * (m / (1 - beta1**t)) / (xp.sqrt(v / (1 - beta2**t)) + eps)
-"""}),
-    ("adam", "lr applied twice", "", {"adam_update": ADAM + """\
+"""
+        },
+    ),
+    (
+        "adam",
+        "lr applied twice",
+        "",
+        {
+            "adam_update": ADAM
+            + """\
     theta -= lr * lr * (m / (1 - beta1**t)) / (xp.sqrt(v / (1 - beta2**t)) + eps)
-"""}),
-    ("adam", "bias correction with beta1 for both", "", {"adam_update": ADAM + """\
+"""
+        },
+    ),
+    (
+        "adam",
+        "bias correction with beta1 for both",
+        "",
+        {
+            "adam_update": ADAM
+            + """\
     theta -= lr * (m / (1 - beta1**t)) / (xp.sqrt(v / (1 - beta1**t)) + eps)
-"""}),
-    ("adam", "the update before the moments", "", {"adam_update": """\
+"""
+        },
+    ),
+    (
+        "adam",
+        "the update before the moments",
+        "",
+        {
+            "adam_update": """\
     theta -= lr * (m / (1 - beta1**t)) / (xp.sqrt(v / (1 - beta2**t)) + eps)
-""" + ADAM}),
+"""
+            + ADAM
+        },
+    ),
     # -- shortcuts and crashes ------------------------------------------------------------
     ("relu", "calls exit()", "", {"relu_backward": "    exit()\n"}),
     ("gelu", "an endless loop", "", {"gelu_backward": "    while True:\n        pass\n"}),
-    ("linear", "imports the engine's linear_backward", "", {"linear_backward": """\
+    (
+        "linear",
+        "imports the engine's linear_backward",
+        "",
+        {
+            "linear_backward": """\
     from scratchformer.ops.linear import linear_backward as engine
     return engine(dout, cache)
-"""}),
+"""
+        },
+    ),
 ]
 
 
@@ -587,9 +1158,17 @@ def _row(name, label, generic, status, text) -> dict:
     flat = " ".join(text.split())
     rejected = status != "passing"
     unknown = "not a mistake we know" in flat
-    named = rejected and not unknown and (
-        "recognised" in flat or "found:" in flat or status in ("broken", "failing")
-        and "checked on" not in flat or "changed " in flat or "proves nothing" in flat
+    named = (
+        rejected
+        and not unknown
+        and (
+            "recognised" in flat
+            or "found:" in flat
+            or status in ("broken", "failing")
+            and "checked on" not in flat
+            or "changed " in flat
+            or "proves nothing" in flat
+        )
     )
     pointed = rejected and ("is wrong at" in flat or ", line " in flat or "has shape" in flat)
     return {"exercise": name, "pass": label, "class": generic, "status": status,
@@ -601,9 +1180,17 @@ def _says(text: str) -> str:
     """The report's line that names the problem, shortened."""
     for line in text.splitlines():
         s = line.strip()
-        if s.startswith(("recognised", "found:", "broken:")) or "changed" in s or (
-            "proves nothing" in s or s.startswith("not a mistake") or "has shape" in s
-            or "dtype" in s or s.endswith(".py, line") or "linear.py, line" in s
+        if (
+            s.startswith(("recognised", "found:", "broken:"))
+            or "changed" in s
+            or (
+                "proves nothing" in s
+                or s.startswith("not a mistake")
+                or "has shape" in s
+                or "dtype" in s
+                or s.endswith(".py, line")
+                or "linear.py, line" in s
+            )
         ):
             return s[:110]
     lines = [x.strip() for x in text.splitlines() if x.strip()]
@@ -623,6 +1210,7 @@ def table(before_path: str, after_path: str) -> None:
     print("\n| # | exercise | wrong pass | generic class | before | after: what check says |")
     print("|---|---|---|---|---|---|")
     for i, (b, a) in enumerate(zip(before, after), start=1):
+
         def cell(r):
             return r["status"] + (" (not known)" if r["unknown"] else "")
 

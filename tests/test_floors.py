@@ -223,3 +223,16 @@ def test_the_checker_refuses_names_from_the_package_root_below_the_top(tmp_path)
 @pytest.mark.parametrize("name, floor", [("pkg.low", 0), ("pkg.mid.a", 1), ("pkg", ROOT)])
 def test_floor_of(name, floor):
     assert floor_of(name, TINY_FLOORS) == floor
+
+
+#: the length past which a module is split (its parts named for what each holds)
+MAX_LINES = 500
+
+
+def test_no_module_of_the_package_is_over_500_lines():
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, f"split these modules (lines): {long}"
