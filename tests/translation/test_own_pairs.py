@@ -73,7 +73,7 @@ def test_the_recipe_on_200_pairs_chooses_its_sizes_and_beats_the_unigram_baselin
     assert model, out
     assert f"vocabulary {vocab.group(1)}" in out.split("training pairs: ")[1].splitlines()[0]
     unigram = float(re.search(r"unigram baseline: dev nll ([\d.]+) ", out).group(1))
-    dev = [float(x) for x in re.findall(r"\| valid \| loss [\d.]+ \| nll ([\d.]+) ", out)]
+    dev = [float(x) for x in re.findall(r"\| dev \| loss [\d.]+ \| nll ([\d.]+) ", out)]
     assert len(dev) == 3 and dev[-1] < unigram, (dev, unigram)
     assert "BLEU" in out or "no BLEU" in out  # the test set was translated
 
