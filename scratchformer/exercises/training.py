@@ -125,7 +125,7 @@ def train_both(where: Path, steps=None, sets=(), progress=True, echo=print) -> t
     tried = {**found, **failing}
     paths = tuple(str(p.resolve()) for p in tried.values())
     try:
-        v = isolate.isolated(lambda: verdict.verdict(cfg_yours, tried), None, paths)
+        v = isolate.isolated(lambda: verdict.verdict(cfg_yours, tried, failing), None, paths)
     except LearnerError as e:
         v = {"agree": False, "error": str(e), "blamed": [], "worst": [], "count": 0, "total": 0}
     v["failing"] = list(failing)

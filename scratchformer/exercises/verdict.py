@@ -73,10 +73,14 @@ def _differ(mine: dict, ref: dict) -> list[tuple[str, float]]:
     ]
 
 
-def verdict(cfg, paths: dict) -> dict:
+def verdict(cfg, paths: dict, failing=()) -> dict:
     """``{"agree": bool, "worst": [(parameter, rel. difference)], "count": n differing,
-    "total": n compared, "blamed": [exercise names]}`` for the learner's files ``paths``
-    (``{exercise name: path}``, loaded here: run it in a child process)."""
+    "total": n compared, "blamed": [exercise names], "unreached": [exercise names]}`` for
+    the learner's files ``paths`` (``{exercise name: path}``, loaded here: run it in a
+    child process). ``unreached``: those of ``failing`` (their checks fail) when the
+    gradients are right all the same: the model does not call them while the learner's
+    other passes are in place (an attention core of one's own computes its own softmax
+    backward), or they are wrong only on inputs the model does not give them."""
     code = {name: files.load(path, EXERCISES[name]) for name, path in paths.items()}
     b, model, _ = batch_and_model(cfg)
     ref = _gradients(model, b, {})
@@ -89,9 +93,10 @@ def verdict(cfg, paths: dict) -> dict:
                 blamed.append(name)
     elif bad:
         blamed = list(code)
+    unreached = [] if bad else [name for name in failing if name in code]
     bad.sort(key=lambda kv: -kv[1])
     return {"agree": not bad, "worst": bad[:5], "count": len(bad), "total": len(ref),
-            "blamed": blamed}  # fmt: skip
+            "blamed": blamed, "unreached": unreached}  # fmt: skip
 
 
 def lines(v: dict) -> list[str]:
@@ -99,11 +104,21 @@ def lines(v: dict) -> list[str]:
     if v.get("error"):
         return [f"verdict: your code stopped the check of the whole model: {v['error']}"]
     if v["agree"]:
-        return [
+        out = [
             f"verdict: with your backward passes, every one of the {v['total'] - 1} parameter "
             f"gradients of one batch (float64, dropout on) and Adam's update equal the "
             f"engine's (to {AGREE:.0e}): your passes are right in the whole model"
         ]
+        if v.get("unreached"):
+            names, n = ", ".join(v["unreached"]), len(v["unreached"])
+            out.append(
+                f"  though {names} {'fails its check' if n == 1 else 'fail their checks'}: "
+                "no error reaches the model's gradients here (the model does not call it while "
+                "your other passes are in place, as your attention core computes its own "
+                "softmax backward, or it is wrong only on inputs the model does not give it); "
+                f"fix it all the same: scratchformer exercise check {v['unreached'][0]}"
+            )
+        return out
     out = [
         f"verdict: with your backward passes, {v['count']} of {v['total']} gradients of one "
         f"batch (float64, Adam's update counted as one) differ from the engine's; the "

@@ -156,3 +156,26 @@ def test_one_wrong_pass_is_named_by_the_verdict_and_decides_the_status(
     assert code == 1, out
     assert "what makes them differ, plugged in alone: layernorm (its check fails too" in out
     assert "A run of 2 steps shows nothing either way" in out
+
+
+def test_a_failing_pass_the_model_does_not_call_is_said_to_be_out_of_reach(
+    tmp_path, monkeypatch, capsys
+):
+    """Every solution, the learner's attention core among them (it computes its own
+    softmax backward), and a softmax with the Jacobian's diagonal only: the model's
+    gradients are right, so the status is 0, and the verdict says the failing softmax
+    does not reach them."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "exercises"
+    folder.mkdir()
+    for ex in EXERCISES.values():
+        text = ex.solution_text()
+        if ex.name == "softmax":
+            right = "return (dout - (dout * P).sum(axis=-1, keepdims=True)) * P"
+            assert right in text
+            text = text.replace(right, "return dout * P * (1 - P)")
+        (folder / f"{ex.name}.py").write_text(text)
+    code = main(["exercise", "train", "--steps", "2", "--no-progress", *SMALL])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "though softmax fails its check: no error reaches the model's gradients here" in out
