@@ -26,6 +26,11 @@ def clock(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+def time_left(seconds: float, done: int, total: int) -> float:
+    """Seconds left for ``total - done`` more at the rate so far (``done`` in ``seconds``)."""
+    return seconds * (total - done) / max(done, 1)
+
+
 class _Repeater:
     """Calls ``fn()`` every ``every`` seconds from a daemon thread until ``stop()``."""
 
@@ -76,7 +81,7 @@ class Ticker:
         total = "" if self.total is None else f"/{self.total}"
         left = ""
         if self.total and 0 < self.done < self.total:
-            left = f", about {clock(seconds * (self.total - self.done) / self.done)} left"
+            left = f", about {clock(time_left(seconds, self.done, self.total))} left"
         self.echo(f"  {self.what}: {self.done}{total} ({clock(seconds)}{left})")
 
     def update(self, n: int) -> None:

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scratchformer.progress import clock
+from scratchformer.progress import clock, time_left
 
 
 @dataclass
@@ -47,7 +47,7 @@ def progress_line(s: int, first: int, steps: int, here: float, before: float, tr
     wall time (``before`` this process, for a resumed run, as the step lines count it,
     plus ``here``) and the time left at this process's rate since its first step
     ``first``, or until ``train.time_limit`` when that comes first."""
-    left = here * (steps - s) / max(s - first, 1)
+    left = time_left(here, s - first, steps - first)
     if train.time_limit:
         left = min(left, max(train.time_limit - here, 0.0))
     return f"  training: {s}/{steps} ({clock(before + here)}, about {clock(left)} left)"

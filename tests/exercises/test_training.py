@@ -136,23 +136,31 @@ def test_a_learners_own_layernorm_and_attention_train_as_well_as_the_engine(
     assert "held-out exact match" in out and "final parameters:" in out
 
 
-def test_one_wrong_pass_is_named_by_the_verdict_and_decides_the_status(
-    tmp_path, monkeypatch, capsys
-):
-    """Every solution, and one layer norm with the unbiased variance's 1/(D-1): the
-    verdict (the whole model's gradients on one batch) names it, and the status is 1."""
+def _train_with_one_wrong(tmp_path, monkeypatch, capsys, name, right, wrong):
+    """``exercise train`` (2 steps) on every solution, ``name``'s with ``right`` replaced
+    by ``wrong``: ``(exit status, output)``."""
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "exercises"
     folder.mkdir()
     for ex in EXERCISES.values():
         text = ex.solution_text()
-        if ex.name == "layernorm":
-            right = "xhat * mean_dxhat_xhat)"
+        if ex.name == name:
             assert right in text
-            text = text.replace(right, "xhat * mean_dxhat_xhat * 8 / 7)")
+            text = text.replace(right, wrong)
         (folder / f"{ex.name}.py").write_text(text)
     code = main(["exercise", "train", "--steps", "2", "--no-progress", *SMALL])
-    out = capsys.readouterr().out
+    return code, capsys.readouterr().out
+
+
+def test_one_wrong_pass_is_named_by_the_verdict_and_decides_the_status(
+    tmp_path, monkeypatch, capsys
+):
+    """Every solution, and one layer norm with the unbiased variance's 1/(D-1): the
+    verdict (the whole model's gradients on one batch) names it, and the status is 1."""
+    code, out = _train_with_one_wrong(
+        tmp_path, monkeypatch, capsys, "layernorm", "xhat * mean_dxhat_xhat)",
+        "xhat * mean_dxhat_xhat * 8 / 7)",
+    )  # fmt: skip
     assert code == 1, out
     assert "what makes them differ, plugged in alone: layernorm (its check fails too" in out
     assert "A run of 2 steps shows nothing either way" in out
@@ -165,17 +173,9 @@ def test_a_failing_pass_the_model_does_not_call_is_said_to_be_out_of_reach(
     softmax backward), and a softmax with the Jacobian's diagonal only: the model's
     gradients are right, so the status is 0, and the verdict says the failing softmax
     does not reach them."""
-    monkeypatch.chdir(tmp_path)
-    folder = tmp_path / "exercises"
-    folder.mkdir()
-    for ex in EXERCISES.values():
-        text = ex.solution_text()
-        if ex.name == "softmax":
-            right = "return (dout - (dout * P).sum(axis=-1, keepdims=True)) * P"
-            assert right in text
-            text = text.replace(right, "return dout * P * (1 - P)")
-        (folder / f"{ex.name}.py").write_text(text)
-    code = main(["exercise", "train", "--steps", "2", "--no-progress", *SMALL])
-    out = capsys.readouterr().out
+    code, out = _train_with_one_wrong(
+        tmp_path, monkeypatch, capsys, "softmax",
+        "return (dout - (dout * P).sum(axis=-1, keepdims=True)) * P", "return dout * P * (1 - P)",
+    )  # fmt: skip
     assert code == 0, out
     assert "though softmax fails its check: no error reaches the model's gradients here" in out
