@@ -34,6 +34,7 @@ COMMANDS = [
     "scratchformer.commands.exercise",
     "scratchformer.commands.train",
     "scratchformer.commands.average",
+    "scratchformer.commands.export",
     "scratchformer.commands.translate",
     "scratchformer.commands.evaluate",
     "scratchformer.commands.plot",

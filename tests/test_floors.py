@@ -11,7 +11,8 @@ the same order):
     4  nn                             modules: parameters, gradients, wiring
     5  models                         the Transformer, the language model, the classifier
     6  optim, data, decode            Adam and the schedule; data; decoding
-    7  checkpoint, gradcheck, bleu, viz
+    7  checkpoint, gradcheck, bleu,   checkpoints; gradient checks; BLEU; plots;
+       viz, export                    the transformers export
     8  train, distributed, exercises  the one training loop and its tasks; data parallelism;
                                       the exercises, graded and trained through the loop
     9  commands, cli, __main__        the command line
@@ -42,7 +43,7 @@ FLOORS = [
     {"nn"},
     {"models"},
     {"optim", "data", "decode"},
-    {"checkpoint", "checkpoint_read", "checkpoint_fields", "gradcheck", "bleu", "viz"},
+    {"checkpoint", "checkpoint_read", "checkpoint_fields", "gradcheck", "bleu", "viz", "export"},
     {"train", "distributed", "exercises"},
     {"commands", "cli", "__main__"},
 ]

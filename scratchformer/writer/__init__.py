@@ -241,11 +241,13 @@ def _same_content(a, b, chunk: int = 1 << 20) -> bool:
 
 
 class FileSet:
-    """Several text files written all or nothing (the splits of a data set):
+    """Several files written all or nothing (the splits of a data set, an exported model):
 
         with FileSet({"train": path, ...}, owner=folder, inputs=[...]) as files:
             files["train"].write(line)
         files.unchanged        # every file was there with this very content
+
+    Files are text (UTF-8, ``\n``) but for the keys in ``binary`` (opened for bytes).
 
     Each goes to a temporary file; when the block ends without an error: if every file
     already holds exactly the new content, nothing is replaced (``unchanged``); else
@@ -254,8 +256,9 @@ class FileSet:
     An input of the command (by identity) and a link out of ``owner`` are refused before
     anything is written."""
 
-    def __init__(self, paths: dict, owner=None, overwrite: bool = False, inputs=()):
+    def __init__(self, paths: dict, owner=None, overwrite: bool = False, inputs=(), binary=()):
         self.paths = {k: Path(p) for k, p in paths.items()}
+        self.binary = set(binary)
         self.owner, self.overwrite = owner, overwrite
         plan = Plan("", inputs, overwrite=True)
         for p in self.paths.values():
@@ -275,7 +278,10 @@ class FileSet:
             for k, p in self.paths.items():
                 fd, tmp = create_temporary(p)
                 self._tmp[k] = tmp
-                self._files[k] = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+                if k in self.binary:
+                    self._files[k] = os.fdopen(fd, "wb")
+                else:
+                    self._files[k] = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
         except BaseException:
             self._close(discard_all=True)
             raise

@@ -32,6 +32,14 @@ def lm_checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def translation_checkpoint(tmp_path_factory):
+    """``final.npz`` of a small BPE translation model (``export``'s input)."""
+    from task_data import train_translation
+
+    return train_translation(tmp_path_factory.mktemp("translation"))
+
+
+@pytest.fixture(scope="session")
 def pairs_dir(tmp_path_factory):
     """``{train,dev,test}.tsv`` of a few short pairs (for ``evaluate --data-dir``)."""
     d = tmp_path_factory.mktemp("pairs")

@@ -133,9 +133,10 @@ class Place:
     a trained run, a source file, a data set, a pairs file, an exercises folder, a
     folder ``elsewhere`` (outside every folder the program owns)."""
 
-    def __init__(self, root: Path, reverse_model: Callable):
+    def __init__(self, root: Path, reverse_model: Callable, translation: Callable = None):
         self.root = root
         self._reverse_model = reverse_model
+        self._translation = translation
 
     @cached_property
     def run(self) -> Path:
@@ -151,6 +152,15 @@ class Place:
     @property
     def checkpoints(self) -> list[Path]:
         return sorted((self.run / "checkpoints").glob("checkpoint_*.npz"))
+
+    @cached_property
+    def translation(self) -> Path:
+        """A copy of a small BPE translation model's final.npz (``export``'s input)."""
+        pytest.importorskip("sentencepiece")
+        pytest.importorskip("safetensors")
+        here = self.root / "translate.npz"
+        shutil.copy(self._translation(), here)
+        return here
 
     @cached_property
     def src(self) -> Path:
@@ -319,6 +329,35 @@ def average_default_linked_out(p: Place):
     (p.run / "checkpoints" / "averaged.npz").unlink(missing_ok=True)
     out = p.symlink(p.run / "checkpoints" / "averaged.npz", target)
     return ["average", str(p.run / "checkpoints"), "--last", "1"], [f"-o {out} exists", "link"]
+
+
+def _export(p: Place, out: Path) -> list:
+    return ["export", str(p.translation), "-o", str(out)]
+
+
+def export_symlink(p: Place):
+    out = p.root / "hf"
+    weights = p.symlink(out / "model.safetensors", p.translation)
+    return _export(p, out), [f"{weights} is the checkpoint file"]
+
+
+def export_hardlink(p: Place):
+    out = p.root / "hf"
+    weights = p.hardlink(out / "model.safetensors", p.translation)
+    return _export(p, out), [f"{weights} is the checkpoint file"]
+
+
+def export_foreign(p: Place):
+    out = p.root / "hf"
+    notes = p.foreign(out / "config.json")
+    return _export(p, out), [f"{notes} exists with other content", "--overwrite"]
+
+
+def export_linked_out(p: Place):
+    out = p.root / "hf"
+    kept = p.foreign(p.elsewhere / "tokenizer.json", b'{"mine": true}\n')
+    link = p.symlink(out / "tokenizer.json", kept)
+    return _export(p, out), [f"{link} leads out of {out}"]
 
 
 def _last_attention(folder: Path) -> Path:
@@ -615,6 +654,12 @@ SHAPES: dict = {
         "foreign-file": [Case("-o an .npz of the user's", average_foreign)],
         "link-out-of-folder": [Case("DIR/averaged.npz -> outside", average_default_linked_out)],
     },
+    "export": {
+        "symlink-to-input": [Case("hf/model.safetensors -> checkpoint", export_symlink, True)],
+        "hardlink-to-input": [Case("hf/model.safetensors = checkpoint", export_hardlink, True)],
+        "foreign-file": [Case("hf/config.json of the user's", export_foreign)],
+        "link-out-of-folder": [Case("hf/tokenizer.json -> outside", export_linked_out, True)],
+    },
     "plot attention": {
         "symlink-to-input": [Case("map -> checkpoint", attention_symlink, True)],
         "hardlink-to-input": [Case("map = checkpoint", attention_hardlink, True)],
@@ -693,7 +738,11 @@ def apart(tmp_path, tmp_path_factory, monkeypatch):
 
 @pytest.fixture
 def place(tmp_path, request) -> Place:
-    return Place(tmp_path, lambda: request.getfixturevalue("reverse_model"))
+    return Place(
+        tmp_path,
+        lambda: request.getfixturevalue("reverse_model"),
+        lambda: request.getfixturevalue("translation_checkpoint"),
+    )
 
 
 # -- 1. every command is accounted for --------------------------------------------------------

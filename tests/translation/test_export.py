@@ -1,0 +1,157 @@
+"""``scratchformer export``: a translation checkpoint as a transformers (Marian) folder.
+
+Without transformers: the refusals, the tensor mapping's permutation against Marian's
+sinusoids (by their definition), the folder's files. With the ``tokenizers`` library:
+tokenizer.json against SentencePiece. Slow, with transformers and torch: a model
+trained in seconds, exported, loaded by transformers and decoded by ``generate``, token
+for token against our greedy search, logits within float32 rounding.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from task_data import corpus, train_translation
+
+from scratchformer.checkpoint import load_with_tokenizer, save_checkpoint
+from scratchformer.cli import main as cli_main
+from scratchformer.data.tokenizers import CharTokenizer
+from scratchformer.data.vocab import Vocab
+from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.models.classifier import EncoderClassifier
+from scratchformer.models.lm import LanguageModel
+from scratchformer.ops.positional import sinusoidal_table
+
+export = pytest.importorskip("scratchformer.export")
+pytest.importorskip("sentencepiece")
+pytest.importorskip("safetensors")
+
+#: sentences whose spacing and characters exercise the tokenizer's edges
+EDGES = ["  doble  espacio ", "trail ", " lead", "x\ty", "☃ nieve", "ü", "a  b   c"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(checkpoint, model, tokenizer) of the small model of ``train_translation``."""
+    ckpt = train_translation(tmp_path_factory.mktemp("export"))
+    loaded, tok = load_with_tokenizer(ckpt)
+    return ckpt, loaded.model, tok
+
+
+def config(bpe, **kw):
+    return TransformerConfig(vocab_size=len(bpe.vocab), N=1, d_model=8, d_ff=16, h=2, **kw)
+
+
+@pytest.mark.parametrize(
+    "kw, reason",
+    [
+        ({"norm": "pre"}, "a pre-LN model: Marian's layers are post-LN"),
+        ({"positions": "learned"}, "learned positions: Marian's positions are the paper's"),
+        ({"attention": "relative"}, "relative attention (attention)"),
+        ({"attention": "local", "encoder_attention": "dense"}, "local attention (attention)"),
+        ({"d_k": 2}, "heads of width d_k=2, d_v=4"),
+        ({"ln_eps": 1e-6}, "LayerNorm epsilon 1e-06: Marian's is fixed at 1e-05"),
+    ],
+)
+def test_configurations_without_an_exact_mapping_are_refused_with_the_reason(bpe, kw, reason):
+    assert reason in export.refusal(Transformer(config(bpe, **kw)), bpe)
+
+
+def test_the_language_model_the_classifier_and_other_tokenizers_are_refused(bpe, trained):
+    assert "holds a LanguageModel" in export.refusal(LanguageModel(config(bpe)), bpe)
+    assert "holds an EncoderClassifier" in export.refusal(EncoderClassifier(config(bpe), 3), bpe)
+    char = CharTokenizer(Vocab(list("abc")))
+    assert "a char tokenizer" in export.refusal(trained[1], char)
+    assert export.refusal(trained[1], trained[2]) is None
+
+
+def test_the_command_refuses_in_one_line_and_writes_nothing(tmp_path, bpe, capsys):
+    ckpt = tmp_path / "pre.npz"
+    save_checkpoint(ckpt, Transformer(config(bpe, norm="pre")), meta={"tokenizer": bpe.to_dict()})
+    assert cli_main(["export", str(ckpt), "-o", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot be exported: a pre-LN model" in err[0], err
+    assert not (tmp_path / "hf").exists()
+
+
+def test_the_permutation_turns_our_sinusoids_into_marians(trained):
+    """Marian's table by its definition (sines of every frequency, then cosines) is ours
+    with the coordinates permuted by ``pi``; and every tensor goes through the same pi."""
+    D, L = 32, 40
+    pos = np.arange(L)[:, None]
+    freq = np.power(10000.0, np.arange(0, D, 2) / D)[None, :]
+    marian = np.concatenate([np.sin(pos / freq), np.cos(pos / freq)], axis=1)
+    pi = export.permutation(D)
+    assert np.array_equal(sinusoidal_table(L, D, np.float64)[:, pi], marian)
+    model = trained[1]
+    t = export.marian_tensors(model)
+    p = model.parameters()
+    assert np.array_equal(t["model.shared.weight"], np.asarray(p["embed.E"])[:, pi])
+    W_q = np.asarray(p["decoder.layers.1.cross_attn.W_q"])
+    assert np.array_equal(t["model.decoder.layers.1.encoder_attn.q_proj.weight"], W_q[pi, :].T)
+    W_2 = np.asarray(p["encoder.layers.0.ffn.W_2"])
+    assert np.array_equal(t["model.encoder.layers.0.fc2.weight"], W_2[:, pi].T)
+    ours = sum(v.size for v in p.values())
+    biases = sum(v.size for k, v in t.items() if k.endswith(("proj.bias", "final_logits_bias")))
+    tied = 2 * p["embed.E"].size  # decoder.embed_tokens and lm_head repeat model.shared
+    assert sum(v.size for v in t.values()) == ours + biases + tied
+
+
+def test_the_folder_holds_the_six_files_and_a_rerun_is_a_no_op(trained, tmp_path, capsys):
+    out = tmp_path / "hf"
+    assert cli_main(["export", str(trained[0]), "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(export.FILES)
+    cfg = json.loads((out / "config.json").read_text())
+    assert (cfg["model_type"], cfg["decoder_start_token_id"], cfg["d_model"]) == ("marian", 1, 32)
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert gen["suppress_tokens"] == [0, 1] and gen["num_beams"] == 1
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    assert cli_main(["export", str(trained[0]), "-o", str(out)]) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+def test_tokenizer_json_encodes_and_decodes_as_sentencepiece(trained):
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = trained[2]
+    theirs = tokenizers.Tokenizer.from_str(json.dumps(export.tokenizer_json(tok)))
+    for text in [s for pair in corpus() for s in pair] + EDGES:
+        ids = tok.encode(text)
+        assert theirs.encode(text).ids == ids, text
+        assert theirs.decode(ids, skip_special_tokens=True) == tok.decode(ids), text
+
+
+@pytest.mark.slow
+def test_transformers_decodes_the_export_as_we_do(trained, tmp_path):
+    """generate's greedy output equals ours on every training sentence, and the logits
+    agree within float32 rounding (max|a - b| / max|a|)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from scratchformer.decode import greedy_decode, translate
+
+    ckpt, model, tok = trained
+    out = tmp_path / "hf"
+    export.export_marian(ckpt, out)
+    hf = transformers.MarianMTModel.from_pretrained(out).eval()
+    their_tok = transformers.AutoTokenizer.from_pretrained(out)
+    sources = [s for s, _ in corpus()]
+    worst = 0.0
+    for s in sources:
+        ids = tok.encode(s)
+        assert their_tok(s)["input_ids"] == ids
+        ours = greedy_decode(model, np.array([ids]), min_len=1)[0]
+        with torch.no_grad():
+            theirs = hf.generate(torch.tensor([ids]), max_length=len(ids) + 52)[0].tolist()
+        assert theirs == [1, *ours, 2], s
+        tgt = np.array([[1, *ours]])
+        a = np.asarray(model.forward(np.array([ids]), tgt)[0])
+        with torch.no_grad():
+            b = hf(input_ids=torch.tensor([ids]), decoder_input_ids=torch.from_numpy(tgt)).logits
+        worst = max(worst, float(np.abs(a - b.numpy()).max() / np.abs(a).max()))
+    assert worst < 1e-5, worst
+    enc = their_tok(sources, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        generated = hf.generate(**enc, max_new_tokens=60)
+    text = their_tok.batch_decode(generated, skip_special_tokens=True)
+    assert text == translate(model, tok, sources, greedy=True)
