@@ -179,6 +179,8 @@ def _setup(name, args):
     cfg = _config(name, args)
     src, tgt_in, tgt_out = _batch(args)
     model, opt = _ours(cfg)
+    if hasattr(device, "set_workers"):  # as the trainer does: the BLAS's threads (not in TREE)
+        device.set_workers(args.threads[0])
     drop = device.generator(1)
     s, ti, to = (backend.asarray(a) for a in (src, tgt_in, tgt_out))
 
@@ -362,6 +364,13 @@ def main(argv=None):
         "includes --ranks",
     )
     p.add_argument("--ranks", type=int, default=2, help="processes of the scale-out rows")
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="make the whole measurement N times; a last table gives each row's median "
+        "and spread over the runs",
+    )
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument(
         "--against",
@@ -400,7 +409,45 @@ def main(argv=None):
         f"dropout 0.1, label smoothing 0.1, Adam; ours and torch's steps interleaved, "
         f"{math.ceil(args.repeats / args.rounds)} each per launch, {args.rounds} rounds"
     )
-    speed, scale, ceiling = _rounds(args)
+    results = []
+    for k in range(args.runs):
+        if args.runs > 1:
+            print(f"== run {k + 1} of {args.runs}")
+        speed, scale, ceiling = _rounds(args)
+        _print_tables(speed, scale, ceiling, args)
+        results.append(dict(speed=speed, scale_out=scale, ceiling_gflops=ceiling))
+    if args.runs > 1:
+        _print_runs(results, args)
+    memory = []
+    if args.memory_runs:
+        saved = args.configs
+        for name in saved:
+            args.configs = [name]
+            for fw in ["ours"] + (["torch"] if args.torch else []):
+                memory += _launch(args, args.threads[0], ["--memory", fw])
+        args.configs = saved
+        print(f"peak memory of one training step ({args.threads[0]} thread), MiB above the RSS")
+        print(
+            f"{'config':<6} {'framework':<9} {'RSS before':>10} {'step peak':>9} "
+            f"{'tracemalloc':>11}"
+        )
+        for m in memory:
+            tm = m.get("step_peak_tracemalloc_mib")
+            sp = m["step_peak_rss_mib"]
+            print(
+                f"{m['config']:<6} {m['framework']:<9} {m['rss_before_mib']:>10.0f} "
+                f"{'n/a' if sp is None else f'{sp:.0f}':>9} "
+                f"{'' if tm is None else f'{tm:.0f}':>11}"
+            )
+    if args.json:
+        result = dict(results[-1], memory=memory, runs=results)
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    if any("error" in r for res in results for r in res["scale_out"]):
+        raise SystemExit("the scale-out run failed (above)")
+
+
+def _print_tables(speed, scale, ceiling, args) -> None:
+    """One run's tables: the ceiling, the single-process rows, before/after, scale-out."""
     _print_ceiling(ceiling, speed)
     hdr = f"{'config':<6} {'thr':>3} {'tree':<7} {'params':>7} {'ours ms':>8} {'(cpu)':>6}"
     hdr += f" {'ours tok/s':>10}"
@@ -440,32 +487,6 @@ def main(argv=None):
     if scale:
         this = [r for r in speed if r["tree"] == "this"]
         scale_out.print_rows([r for r in scale if "config" in r], this, args.ranks)
-    memory = []
-    if args.memory_runs:
-        saved = args.configs
-        for name in saved:
-            args.configs = [name]
-            for fw in ["ours"] + (["torch"] if args.torch else []):
-                memory += _launch(args, args.threads[0], ["--memory", fw])
-        args.configs = saved
-        print(f"peak memory of one training step ({args.threads[0]} thread), MiB above the RSS")
-        print(
-            f"{'config':<6} {'framework':<9} {'RSS before':>10} {'step peak':>9} "
-            f"{'tracemalloc':>11}"
-        )
-        for m in memory:
-            tm = m.get("step_peak_tracemalloc_mib")
-            sp = m["step_peak_rss_mib"]
-            print(
-                f"{m['config']:<6} {m['framework']:<9} {m['rss_before_mib']:>10.0f} "
-                f"{'n/a' if sp is None else f'{sp:.0f}':>9} "
-                f"{'' if tm is None else f'{tm:.0f}':>11}"
-            )
-    if args.json:
-        result = dict(speed=speed, scale_out=scale, memory=memory, ceiling_gflops=ceiling)
-        Path(args.json).write_text(json.dumps(result, indent=1))
-    if any("error" in r for r in scale):
-        raise SystemExit("the scale-out run failed (above)")
 
 
 def _scale_out_plan(args) -> tuple[bool, str | None]:
@@ -552,6 +573,39 @@ def _rounds(args):
     for r in scale:
         r["ceiling_gflops"] = top[args.ranks]
     return speed, scale, ceiling
+
+
+def _print_runs(results: list[dict], args) -> None:
+    """Each row over the runs: its %ceil in every run, their median and spread (max - min,
+    in points), and the median step time with its spread: one good run cannot stand for
+    the figure."""
+    rows = defaultdict(lambda: defaultdict(list))
+    for res in results:
+        for r in res["speed"]:
+            label = f"{r['config']}, {r['threads']} thread{'s' if r['threads'] > 1 else ''}"
+            label += f" ({r['tree']})" if args.against else ""
+            for fw in ("ours", "torch"):
+                if r.get(fw):
+                    rows[(label, fw)]["ceil"].append(r[fw]["of_ceiling"])
+                    rows[(label, fw)]["ms"].append(r[fw]["median_ms"])
+        for r in res["scale_out"]:
+            for fw, name in (("ours", "ours"), ("ddp", "torch DDP")):
+                if r.get(fw):
+                    label = f"{r['config']}, {args.ranks} ranks"
+                    rows[(label, name)]["ceil"].append(r[fw]["of_ceiling"])
+                    rows[(label, name)]["ms"].append(r[fw]["median_ms"])
+    n = len(results)
+    print(f"over the {n} runs: each row's %ceil per run, median and spread (max - min)")
+    head = " ".join(f"{'run ' + str(i + 1):>6}" for i in range(n))
+    print(f"{'row':<26} {'who':<9} {head} {'median':>6} {'spread':>6} {'ms median (min-max)':>20}")
+    for (label, fw), v in rows.items():
+        c, ms = v["ceil"], v["ms"]
+        runs = " ".join(f"{x:>6.0%}" for x in c)
+        spread = f"{(max(c) - min(c)) * 100:.0f} pt"
+        print(
+            f"{label:<26} {fw:<9} {runs} {statistics.median(c):>6.0%} {spread:>6} "
+            f"{statistics.median(ms):>8.0f} ({min(ms):.0f}-{max(ms):.0f})"
+        )
 
 
 def _print_against(speed, args) -> None:
