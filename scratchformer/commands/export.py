@@ -10,7 +10,8 @@ of every tensor and token: docs/export.md. Post-LN models with sinusoidal positi
 dense attention export; the others are refused with the reason.
 
 All six files are written or none; files already there with other content (another
-export, your edits) are replaced only with --overwrite; the checkpoint is never an output.
+export, your edits) are replaced only with --overwrite; the checkpoint is never an output,
+nor a folder of a run or a data set (a run's config.json would be replaced).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scratchformer.export import export_marian
+from scratchformer.errors import ScratchformerError
+from scratchformer.export import FILES, export_marian
+from scratchformer.train.rundir import owned_file_of
 
 
 def add_parser(sub) -> None:
@@ -38,7 +41,19 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def check_folder(out: Path) -> None:
+    """A run's or a data set's folder is never an export's, ``--overwrite`` or not: its
+    config.json (the run's) would be replaced."""
+    for name in FILES:
+        what = owned_file_of(out / name)
+        if what:
+            raise ScratchformerError(
+                f"-o {out}: {out / name} would be {what}: export into a folder of its own"
+            )
+
+
 def run(args) -> int:
+    check_folder(args.output)
     written = export_marian(args.checkpoint, args.output, overwrite=args.overwrite)
     print(f"wrote {args.output}/ ({', '.join(p.name for p in written)})")
     print(

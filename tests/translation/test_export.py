@@ -112,6 +112,15 @@ def test_the_folder_holds_the_six_files_and_a_rerun_is_a_no_op(trained, tmp_path
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
 
 
+def test_a_run_folder_is_never_an_export_folder(trained, capsys):
+    run = trained[0].parent.parent  # holds the run's config.json
+    before = (run / "config.json").read_bytes()
+    assert cli_main(["export", str(trained[0]), "-o", str(run), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "export into a folder of its own" in err[0], err
+    assert (run / "config.json").read_bytes() == before
+
+
 def test_tokenizer_json_encodes_and_decodes_as_sentencepiece(trained):
     tokenizers = pytest.importorskip("tokenizers")
     tok = trained[2]
