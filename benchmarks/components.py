@@ -22,9 +22,11 @@ import statistics
 import sys
 import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# --threads N must reach OpenBLAS before NumPy is imported
+_threads = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
+os.environ.setdefault("OPENBLAS_NUM_THREADS", _threads)
 
-from scratchformer import backend, device  # noqa: E402
+from scratchformer import backend, device, kernels  # noqa: E402
 from scratchformer.models import Transformer, TransformerConfig  # noqa: E402
 from scratchformer.models.transformer import padding_mask  # noqa: E402
 from scratchformer.ops import (  # noqa: E402
@@ -48,18 +50,28 @@ def _time(fn, repeats):
                 fn()
             ts.append(t.ms)
         return statistics.median(ts)
+    clock = time.process_time if device.workers() == 1 else time.perf_counter
     ts = []
     for _ in range(repeats):
-        t0 = time.process_time()
+        t0 = clock()
         fn()
-        ts.append(time.process_time() - t0)
+        ts.append(clock() - t0)
     return statistics.median(ts) * 1e3
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--repeats", type=int, default=30)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="BLAS threads and the host's worker threads (device.parallel); above 1 the "
+        "times are wall-clock",
+    )
     args = p.parse_args(argv)
+    if hasattr(device, "set_workers"):  # an older tree has none
+        device.set_workers(args.threads)
     np = backend.np
     r = np.random.default_rng(0)
     f32 = np.float32
@@ -114,6 +126,13 @@ def main(argv=None):
         cross_entropy_backward(1.0, c)
 
     rows["label-smoothed loss fwd+bwd (1024 x 8000, pure op)"] = loss
+
+    def loss_seam():
+        lg = logits.copy()
+        _, c = kernels.cross_entropy.forward(lg, ids, 0.1, 0, donate=True)
+        kernels.cross_entropy.backward(1.0, c)
+
+    rows["the same, the seam's default (in place)"] = loss_seam
     emb = model.embed
 
     def emb_bwd():
@@ -137,6 +156,8 @@ def main(argv=None):
     rows["whole training step"] = whole
     threads = os.environ["OPENBLAS_NUM_THREADS"]
     clock = "device ms (CUDA events)" if backend.backend_name() == "cupy" else "CPU ms"
+    if clock == "CPU ms" and getattr(device, "workers", lambda: 1)() > 1:
+        clock = f"wall-clock ms, {device.workers()} worker threads"
     print(f"{clock}, median of {args.repeats}, OPENBLAS_NUM_THREADS={threads}")
     for name, fn in rows.items():
         reps = max(3, args.repeats // 6) if name == "whole training step" else args.repeats
