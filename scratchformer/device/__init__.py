@@ -21,7 +21,6 @@ NumPy compacts segment.py's runs, to the same bits):
     parallel(fn, n, grain)            fn(start, stop) over ranges covering [0, n): one per
                                       host thread (set_workers) on NumPy, whose ufuncs
                                       release the interpreter lock; one range on CuPy
-    parallel_rows(fn, x)              the same over x's first axis, ranges of >= 64K entries
     generator(seed)                   the generator of dropout masks: NumPy's PCG64 on
                                       NumPy, the counter-based generator on CuPy
     fork(rng)                         a copy of a generator that continues its stream
@@ -79,19 +78,6 @@ def parallel(fn, n: int, grain: int = 1) -> None:
     or with one worker). ``fn`` must touch only its range: the result is then the same,
     bit for bit, whatever the number of threads."""
     _impl().parallel(fn, n, grain)
-
-
-#: the fewest entries of a range of ``parallel_rows``: a thread's share must outweigh
-#: handing it over (about 20 microseconds)
-ROW_ENTRIES = 1 << 16
-
-
-def parallel_rows(fn, x) -> None:
-    """``parallel`` over the first axis of ``x`` (``fn(a, b)`` takes ``x[a:b]``, a view
-    whatever x's strides), each range at least ``ROW_ENTRIES`` entries."""
-    n = x.shape[0] if x.ndim else 1
-    per_row = max(1, x.size // max(n, 1))
-    parallel(fn, n, grain=max(1, ROW_ENTRIES // per_row))
 
 
 def set_workers(n: int) -> None:
@@ -172,7 +158,6 @@ __all__ = [
     "scatter_add",
     "segment_sum",
     "parallel",
-    "parallel_rows",
     "pass_block",
     "set_workers",
     "workers",

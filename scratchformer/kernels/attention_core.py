@@ -90,35 +90,22 @@ def composite_backward(dO, cache: CompositeCache, dA_drop=None):
 
 
 # -- inplace: the softmax in the logits' buffer ----------------------------------------------
-def _first_axis(a, lo: int, hi: int, like):
-    """``a[lo:hi]`` where ``a`` has ``like``'s rank and batch axis, else ``a`` (it
-    broadcasts over the batch)."""
-    if a is not None and a.ndim == like.ndim and a.shape[0] == like.shape[0]:
-        return a[lo:hi]
-    return a
-
-
 def softmax_inplace(x, mask=None):
     """``softmax_forward`` in x's buffer: the same steps (masked entries to -inf, the row
     max, 0 for a row with nothing unmasked, exp, the row sum, 1 for an empty row, one
-    reciprocal per row), so the result is bitwise equal; a range of the batch per host
-    thread. No boolean-mask indexing: on CuPy that reads the mask's count back."""
-
-    def rows(lo, hi):
-        z, keep = x[lo:hi], _first_axis(mask, lo, hi, x)
-        if keep is not None:
-            xp.copyto(z, -xp.inf, where=xp.logical_not(keep))
-        m = z.max(axis=-1, keepdims=True)  # (..., 1)
-        if keep is not None:
-            xp.copyto(m, 0.0, where=xp.isneginf(m))
-        z -= m
-        xp.exp(z, out=z)
-        s = z.sum(axis=-1, keepdims=True)  # (..., 1)
-        if keep is not None:
-            xp.copyto(s, 1.0, where=s == 0)
-        z *= 1.0 / s
-
-    device.parallel_rows(rows, x)
+    reciprocal per row), so the result is bitwise equal. No boolean-mask indexing: on
+    CuPy that reads the mask's count back to the host."""
+    if mask is not None:
+        xp.copyto(x, -xp.inf, where=xp.logical_not(mask))
+    m = x.max(axis=-1, keepdims=True)  # (..., 1)
+    if mask is not None:
+        xp.copyto(m, 0.0, where=xp.isneginf(m))
+    x -= m
+    xp.exp(x, out=x)
+    s = x.sum(axis=-1, keepdims=True)  # (..., 1)
+    if mask is not None:
+        xp.copyto(s, 1.0, where=s == 0)
+    x *= 1.0 / s
     return x
 
 
@@ -141,13 +128,8 @@ def inplace_backward(dO, cache: _op.AttentionCoreCache, dA_drop=None):
         dA *= cache.dropout.mask
         dA *= cache.dropout.scale
     P = cache.softmax.P
-
-    def rows(lo, hi):  # dZ = P * (dA - rowsum(dA * P)), a range of the batch per thread
-        d, p = dA[lo:hi], P[lo:hi]
-        d -= device.rowdot(d, p)[..., None]
-        d *= p
-
-    device.parallel_rows(rows, dA)
+    dA -= device.rowdot(dA, P)[..., None]
+    dA *= P
     return dA, dV
 
 

@@ -32,6 +32,12 @@ def cases(r, dt):
     ]
 
 
+def _grain(V: int) -> int:
+    """Rows per range of ``device.parallel``: about 64K entries, so that a thread's share
+    outweighs handing it over."""
+    return max(1, (1 << 16) // V)
+
+
 def inplace_forward(logits, target, eps: float = 0.0, pad_id=None):
     """``cross_entropy_forward``'s steps with the shifted logits, their exponentials and
     the probabilities each written over the logits' buffer (given up). The rows are
@@ -57,7 +63,7 @@ def inplace_forward(logits, target, eps: float = 0.0, pad_id=None):
         e.sum(axis=-1, keepdims=True, out=s[a:b])
         e *= 1.0 / s[a:b]  # P
 
-    device.parallel_rows(rows, x)
+    device.parallel(rows, N, grain=_grain(V))
     lse = xp.log(s[:, 0])  # (N,)
     nll = lse - z_y
     per_token = on * nll
@@ -84,7 +90,7 @@ def inplace_backward(dout, cache: _op.LossCache):
         xp.multiply(d[a:b], r[a:b], out=d[a:b])
         _op.subtract_q(d[a:b], r[a:b], cache, tgt[a:b])
 
-    device.parallel_rows(rows, d)
+    device.parallel(rows, d.shape[0], grain=_grain(cache.V))
     return cache.P
 
 
