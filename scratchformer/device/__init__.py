@@ -18,9 +18,6 @@ NumPy compacts segment.py's runs, to the same bits):
     pass_block(n)                     entries per block of an elementwise pass over a long
                                       flat buffer (Adam): cache-sized on the CPU, the
                                       whole buffer on a GPU
-    parallel(fn, n, grain)            fn(start, stop) over ranges covering [0, n): one per
-                                      host thread (set_workers) on NumPy, whose ufuncs
-                                      release the interpreter lock; one range on CuPy
     generator(seed)                   the generator of dropout masks: NumPy's PCG64 on
                                       NumPy, the counter-based generator on CuPy
     fork(rng)                         a copy of a generator that continues its stream
@@ -31,7 +28,6 @@ primitives: they live in the kernel seam's tables (scratchformer/kernels/).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 
 from scratchformer import backend
@@ -70,40 +66,6 @@ def pass_block(n: int) -> int:
     block (Adam's update): a block that stays in the cache on the CPU, the whole buffer
     on a GPU."""
     return _impl().pass_block(n)
-
-
-def parallel(fn, n: int, grain: int = 1) -> None:
-    """``fn(start, stop)`` over disjoint ranges covering ``[0, n)`` (bounds multiples of
-    ``grain``), at once on the host's worker threads (``set_workers``; one range on a GPU
-    or with one worker). ``fn`` must touch only its range: the result is then the same,
-    bit for bit, whatever the number of threads."""
-    _impl().parallel(fn, n, grain)
-
-
-def set_workers(n: int) -> None:
-    """Host threads for ``parallel`` (the BLAS threads of a training run; 1 by default).
-    A GPU's passes ignore it."""
-    from scratchformer.device import numpy_device  # noqa: PLC0415
-
-    numpy_device.set_workers(n)
-
-
-@contextlib.contextmanager
-def host_workers(n: int):
-    """``set_workers(n)`` inside the block, the number before it after."""
-    before = workers()
-    set_workers(n)
-    try:
-        yield
-    finally:
-        set_workers(before)
-
-
-def workers() -> int:
-    """The host threads ``parallel`` uses."""
-    from scratchformer.device import numpy_device  # noqa: PLC0415
-
-    return numpy_device.workers()
 
 
 def rowdot(a, b):
@@ -153,12 +115,8 @@ __all__ = [
     "check_generator",
     "fork",
     "generator",
-    "host_workers",
     "rowdot",
     "scatter_add",
     "segment_sum",
-    "parallel",
     "pass_block",
-    "set_workers",
-    "workers",
 ]

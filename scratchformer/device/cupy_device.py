@@ -5,18 +5,13 @@ from __future__ import annotations
 from scratchformer.device.counter import CounterGenerator
 from scratchformer.device.segment import scatter_add
 
-__all__ = ["scatter_add", "rowdot", "generator", "pass_block", "parallel"]
+__all__ = ["scatter_add", "rowdot", "generator", "pass_block"]
 
 
 def pass_block(n: int) -> int:
     """The whole array: one launch per pass (a GPU's memory bandwidth, not a cache, is
     what a pass costs; more launches would only add their overhead)."""
     return max(1, n)
-
-
-def parallel(fn, n: int, grain: int = 1) -> None:
-    """One range: the GPU runs a pass's elements at once already."""
-    fn(0, n)
 
 
 def rowdot(a, b):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 from scratchformer.backend import np
 
 
@@ -37,44 +35,6 @@ def pass_block(n: int) -> int:
     """Blocks that stay in the cache: each pass over a block reads what the previous
     pass wrote while it is still there."""
     return max(1, min(PASS_BLOCK, n))
-
-
-#: threads of the elementwise passes (``set_workers``) and their pool, made when first used
-_workers = 1
-_pool: ThreadPoolExecutor | None = None
-
-
-def set_workers(n: int) -> None:
-    """Run ``parallel``'s ranges on ``n`` threads (1: in the calling thread)."""
-    global _workers, _pool
-    n = max(1, int(n))
-    if n != _workers and _pool is not None:
-        _pool.shutdown(wait=True)
-        _pool = None
-    _workers = n
-
-
-def workers() -> int:
-    return _workers
-
-
-def parallel(fn, n: int, grain: int = 1) -> None:
-    """``fn(start, stop)`` over ranges that cover ``[0, n)``, one per worker thread (range
-    bounds multiples of ``grain``). NumPy lets go of the interpreter lock inside a ufunc's
-    loop, so the ranges' elementwise passes run at once; with one worker, or too little
-    work for two ranges, ``fn(0, n)`` runs here."""
-    global _pool
-    k = min(_workers, n // grain)
-    if k <= 1:
-        fn(0, n)
-        return
-    if _pool is None:
-        _pool = ThreadPoolExecutor(_workers, thread_name_prefix="scratchformer")
-    step = -(-n // (k * grain)) * grain  # ceil, a multiple of grain
-    futures = [_pool.submit(fn, i, min(i + step, n)) for i in range(step, n, step)]
-    fn(0, min(step, n))  # the first range here, the rest in the pool
-    for f in futures:
-        f.result()
 
 
 def rowdot(a, b):

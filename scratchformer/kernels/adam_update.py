@@ -7,8 +7,7 @@ place: it writes ``theta``, ``m`` and ``v``; no backward.
                 ``c1 = 1 - beta1^t``, ``c2 = sqrt(1 - beta2^t)``) and the passes made
                 block by block (``device.pass_block``: cache-sized on the CPU, every pass
                 of a block reading what the previous one wrote while it is still there;
-                the whole buffer on a GPU), one block-sized scratch array per thread;
-                the host's worker threads (``device.parallel``) share the blocks: the default
+                the whole buffer on a GPU), one block-sized scratch array: the default
 
 Dimension key: ``n`` the parameters' count (any shape, all four arrays alike).
 """
@@ -68,15 +67,11 @@ def blocked_update(theta, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9, weigh
         eps2 = where(apply, eps2, 1.0)  # skipped at t = 0: m / (sqrt(v) + eps2) stays finite
     n = theta.size
     block = device.pass_block(n)
-
-    def blocks(start, stop):  # one range of whole blocks, with its own scratch array
-        tmp = xp.empty(min(block, stop - start), dtype=theta.dtype)
-        for i in range(start, stop, block):
-            j = min(i + block, stop)
-            _block(theta[i:j], g[i:j], m[i:j], v[i:j], tmp[: j - i],
-                   (b1, a1, b2, a2), step_size, eps2, decay)  # fmt: skip
-
-    device.parallel(blocks, n, grain=block)  # the host's threads share the blocks
+    tmp = xp.empty(min(block, n), dtype=theta.dtype)  # the one scratch array
+    for i in range(0, n, block):
+        j = min(i + block, n)
+        _block(theta[i:j], g[i:j], m[i:j], v[i:j], tmp[: j - i],
+               (b1, a1, b2, a2), step_size, eps2, decay)  # fmt: skip
 
 
 def _block(theta, g, m, v, tmp, betas, step_size, eps2, decay) -> None:

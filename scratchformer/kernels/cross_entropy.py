@@ -13,7 +13,6 @@ Dimension key: ``N...`` the leading dims (B, T), ``V`` vocabulary.
 
 from __future__ import annotations
 
-from scratchformer import device
 from scratchformer.backend import xp
 from scratchformer.kernels.cases import Case, randn, targets
 from scratchformer.kernels.label_smoothed_nll import READ
@@ -32,38 +31,22 @@ def cases(r, dt):
     ]
 
 
-def _grain(V: int) -> int:
-    """Rows per range of ``device.parallel``: about 64K entries, so that a thread's share
-    outweighs handing it over."""
-    return max(1, (1 << 16) // V)
-
-
 def inplace_forward(logits, target, eps: float = 0.0, pad_id=None):
     """``cross_entropy_forward``'s steps with the shifted logits, their exponentials and
-    the probabilities each written over the logits' buffer (given up). The rows are
-    independent: the host's worker threads take a range of rows each."""
+    the probabilities each written over the logits' buffer (given up)."""
     _op.check_scores(logits, target)
     V = logits.shape[-1]
     off, on = _op.smoothing_weights(V, eps)
     x = logits.reshape(-1, V)  # (N, V), a view of the logits
     tgt = target.reshape(-1)  # (N,)
-    N = tgt.shape[0]
-    z_y = xp.empty(N, dtype=x.dtype)  # shifted target logits
-    sum_z = xp.empty(N, dtype=x.dtype) if eps else None  # row sums of the shifted logits
-    s = xp.empty((N, 1), dtype=x.dtype)  # row sums of the exponentials
-
-    def rows(a, b):
-        e = x[a:b]
-        m = e.max(axis=-1, keepdims=True)  # (n, 1)
-        xp.subtract(e, m, out=e)  # shifted logits
-        z_y[a:b] = e[xp.arange(b - a), tgt[a:b]]
-        if eps:
-            e.sum(axis=-1, out=sum_z[a:b])
-        xp.exp(e, out=e)  # unnormalised probabilities
-        e.sum(axis=-1, keepdims=True, out=s[a:b])
-        e *= 1.0 / s[a:b]  # P
-
-    device.parallel(rows, N, grain=_grain(V))
+    rows = xp.arange(tgt.shape[0])
+    m = x.max(axis=-1, keepdims=True)  # (N, 1)
+    e = xp.subtract(x, m, out=x)  # (N, V) shifted logits
+    z_y = e[rows, tgt]  # (N,)
+    sum_z = e.sum(axis=-1) if eps else None  # (N,)
+    xp.exp(e, out=e)  # unnormalised probabilities
+    s = e.sum(axis=-1, keepdims=True)  # (N, 1)
+    e *= 1.0 / s  # P
     lse = xp.log(s[:, 0])  # (N,)
     nll = lse - z_y
     per_token = on * nll
@@ -74,23 +57,17 @@ def inplace_forward(logits, target, eps: float = 0.0, pad_id=None):
     n_tokens = keep_flat.sum()  # 0-d
     loss = (per_token * keep_flat).sum() / xp.maximum(n_tokens, 1).astype(logits.dtype)
     nll_sum = (nll * keep_flat).sum()
-    P = x.reshape(logits.shape)  # the logits' buffer (a copy only if they were strided)
+    P = e.reshape(logits.shape)  # the logits' buffer (a copy only if they were strided)
     cache = _op.LossCache(target, keep, eps, n_tokens, nll_sum, V, logits.dtype, P)
     return loss.astype(logits.dtype), cache
 
 
 def inplace_backward(dout, cache: _op.LossCache):
-    """dlogits written over the cached probabilities (the cache is then spent), a range
-    of rows per worker thread."""
+    """dlogits written over the cached probabilities (the cache is then spent)."""
     r = _op.row_factors(cache, dout)  # (N, 1)
     d = cache.P.reshape(-1, cache.V)
-    tgt = cache.target.reshape(-1)
-
-    def rows(a, b):
-        xp.multiply(d[a:b], r[a:b], out=d[a:b])
-        _op.subtract_q(d[a:b], r[a:b], cache, tgt[a:b])
-
-    device.parallel(rows, d.shape[0], grain=_grain(cache.V))
+    xp.multiply(d, r, out=d)
+    _op.subtract_q(d, r, cache)
     return cache.P
 
 

@@ -62,15 +62,14 @@ def row_factors(cache: LossCache, dout):
     return r.astype(cache.dtype)  # (N, 1)
 
 
-def subtract_q(d, r, cache: LossCache, target=None) -> None:
+def subtract_q(d, r, cache: LossCache) -> None:
     """``d -= q * r`` in place, d (N, V): ``off * r`` from every entry, then ``on * r``
-    more from each row's target entry (``target`` (N,): the rows' targets, by default
-    the cache's)."""
+    more from each row's target entry."""
     off, on = smoothing_weights(cache.V, cache.eps)
     if cache.eps:
         d -= off * r
     rows = xp.arange(d.shape[0])
-    d[rows, cache.target.reshape(-1) if target is None else target] -= on * r[:, 0]
+    d[rows, cache.target.reshape(-1)] -= on * r[:, 0]
 
 
 def label_smoothed_nll_forward(lprobs, target, eps: float = 0.0, pad_id: int | None = None):

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 
-import threadpoolctl
-
 from scratchformer import backend, memory
 from scratchformer.errors import ConfigError
 from scratchformer.models.sizes import (
@@ -94,16 +92,7 @@ def check_accumulation(accum_steps: int, batches_per_epoch: int) -> None:
         )
 
 
-def blas_threads() -> int:
-    """The threads of the BLAS NumPy calls (its default: the machine's cores)."""
-    found = [
-        p["num_threads"] for p in threadpoolctl.threadpool_info() if p.get("user_api") == "blas"
-    ]
-    return max(found, default=1)
-
-
 __all__ = [
-    "blas_threads",
     "MODEL_ADVICE",
     "check_accumulation",
     "check_ranks",

@@ -64,7 +64,7 @@ from scratchformer.checkpoint import (
 from scratchformer.data.batching import TokenBatchSampler
 from scratchformer.errors import Interrupted, TrainingDiverged
 from scratchformer.progress import clock, terminal
-from scratchformer.train import final, limits, report
+from scratchformer.train import final, report
 from scratchformer.train.config import TrainConfig
 from scratchformer.train.interrupts import Interrupts, agree, ending
 from scratchformer.train.limits import check_accumulation, check_training_memory, local_processes
@@ -311,10 +311,9 @@ class Trainer:
         """Train to ``train.steps`` (or the time limit), validating and checkpointing on
         the way; then, with ``final_eval``, judge the test set."""
         threads = self.cfg.train.threads
-        blas = threadpool_limits(threads, user_api="blas") if threads else nullcontext()
-        workers = device.host_workers(threads or limits.blas_threads())  # the BLAS's threads
+        limits = threadpool_limits(threads, user_api="blas") if threads else nullcontext()
         try:
-            with blas, workers, Interrupts(self.world.main, self.world.size) as self.interrupts:
+            with limits, Interrupts(self.world.main, self.world.size) as self.interrupts:
                 return self._run(final_eval)
         except Interrupted as e:
             if self.world.main and not e.message:  # stopped where it was
