@@ -50,7 +50,8 @@ def _time(fn, repeats):
                 fn()
             ts.append(t.ms)
         return statistics.median(ts)
-    clock = time.process_time if device.workers() == 1 else time.perf_counter
+    # one thread: CPU time (the process's alone); more: wall-clock (CPU time sums threads)
+    clock = time.process_time if os.environ["OPENBLAS_NUM_THREADS"] == "1" else time.perf_counter
     ts = []
     for _ in range(repeats):
         t0 = clock()
@@ -66,12 +67,9 @@ def main(argv=None):
         "--threads",
         type=int,
         default=1,
-        help="BLAS threads and the host's worker threads (device.parallel); above 1 the "
-        "times are wall-clock",
+        help="BLAS threads (above 1 the times are wall-clock: CPU time would sum the threads)",
     )
     args = p.parse_args(argv)
-    if hasattr(device, "set_workers"):  # an older tree has none
-        device.set_workers(args.threads)
     np = backend.np
     r = np.random.default_rng(0)
     f32 = np.float32
@@ -156,8 +154,8 @@ def main(argv=None):
     rows["whole training step"] = whole
     threads = os.environ["OPENBLAS_NUM_THREADS"]
     clock = "device ms (CUDA events)" if backend.backend_name() == "cupy" else "CPU ms"
-    if clock == "CPU ms" and getattr(device, "workers", lambda: 1)() > 1:
-        clock = f"wall-clock ms, {device.workers()} worker threads"
+    if clock == "CPU ms" and threads != "1":
+        clock = "wall-clock ms"
     print(f"{clock}, median of {args.repeats}, OPENBLAS_NUM_THREADS={threads}")
     for name, fn in rows.items():
         reps = max(3, args.repeats // 6) if name == "whole training step" else args.repeats

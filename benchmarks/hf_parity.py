@@ -18,7 +18,9 @@ every source sentence of the TSV (``--limit`` for fewer):
    log P); ``early_stopping=True`` in ``generate``;
 5. **text**: ``transformers``' translation pipeline with ``num_beams=1`` (4.x, whose
    pipeline asks for 4 beams unless told; 5.x removed the pipeline: there the tokenizer,
-   ``generate`` and ``batch_decode``) against our ``translate(greedy=True)``.
+   ``generate`` and ``batch_decode``) against our ``translate(greedy=True)``, from the
+   text to the text; sentences of one source length go together, each group with our
+   length limit as ``max_new_tokens``.
 
 Needs ``pip install -e '.[export,hf]'`` (transformers, torch, safetensors). Prints a
 report; ``--json`` writes it too. Threads: one for both (``--threads``).
@@ -110,6 +112,40 @@ def tie_or_not(model, hf, ids, a, b, cfg) -> dict:
     }
 
 
+def their_text(hf, their_tok, sources, limits, batch: int) -> tuple[list, str]:
+    """``transformers``' translations of ``sources`` from their text: its translation
+    pipeline (4.x), else its tokenizer, ``generate`` and ``batch_decode`` (5.x). Our length
+    rule is per sentence (``L_i = S_i + 50``) and ``generate`` takes one per call, so the
+    sentences go in groups of one source length, each with its ``max_new_tokens``."""
+    groups: dict = {}
+    for i, L in enumerate(limits):
+        groups.setdefault(int(L), []).append(i)
+    out = [None] * len(sources)
+    pipe = None
+    if hasattr(transformers, "TranslationPipeline"):
+        pipe = transformers.pipeline("translation", model=hf, tokenizer=their_tok)
+    for L, members in groups.items():
+        for lo in range(0, len(members), batch):
+            idx = members[lo : lo + batch]
+            texts = [sources[i] for i in idx]
+            if pipe is not None:  # 4.x's pipeline asks for 4 beams unless told
+                found = pipe(texts, batch_size=batch, num_beams=1, max_new_tokens=L + 1)
+                found = [r["translation_text"] for r in found]
+            else:
+                enc = their_tok(texts, return_tensors="pt", padding=True)
+                with torch.no_grad():
+                    generated = hf.generate(**enc, max_new_tokens=L + 1)
+                found = their_tok.batch_decode(generated, skip_special_tokens=True)
+            for i, text in zip(idx, found):
+                out[i] = text
+    how = (
+        "pipeline('translation', num_beams=1)"
+        if pipe is not None
+        else ("tokenizer + generate + batch_decode (transformers 5 has no translation pipeline)")
+    )
+    return out, how
+
+
 def compare(args) -> dict:
     ckpt, tok = load_with_tokenizer(args.checkpoint)
     model, cfg = ckpt.model, ckpt.model.config
@@ -172,22 +208,7 @@ def compare(args) -> dict:
     report["beam4_alpha0_identical"] = sum(a == b for a, b in zip(ours_b, theirs_b))
 
     text_ours = translate(model, tok, sources, greedy=True, batch_size=args.batch)
-    if hasattr(transformers, "TranslationPipeline"):
-        pipe = transformers.pipeline("translation", model=hf, tokenizer=their_tok)
-        # greedy asked for: 4.x's pipeline sets num_beams=4 over the model's own default
-        found = pipe(sources, batch_size=args.batch, num_beams=1)
-        text_theirs = [r["translation_text"] for r in found]
-        report["text_by"] = "pipeline('translation', num_beams=1)"
-    else:
-        text_theirs = []
-        for lo in range(0, len(sources), args.batch):
-            enc = their_tok(sources[lo : lo + args.batch], return_tensors="pt", padding=True)
-            with torch.no_grad():
-                out = hf.generate(**enc, max_new_tokens=int(max(limits[lo : lo + args.batch])) + 1)
-            text_theirs += their_tok.batch_decode(out, skip_special_tokens=True)
-        report["text_by"] = (
-            "tokenizer + generate + batch_decode (transformers 5 has no translation pipeline)"
-        )
+    text_theirs, report["text_by"] = their_text(hf, their_tok, sources, limits, args.batch)
     report["text_identical"] = sum(a == b for a, b in zip(text_ours, text_theirs))
     report["text_parted"] = [
         {"sentence": i, "ours": a, "theirs": b}

@@ -179,8 +179,6 @@ def _setup(name, args):
     cfg = _config(name, args)
     src, tgt_in, tgt_out = _batch(args)
     model, opt = _ours(cfg)
-    if hasattr(device, "set_workers"):  # as the trainer does: the BLAS's threads (not in TREE)
-        device.set_workers(args.threads[0])
     drop = device.generator(1)
     s, ti, to = (backend.asarray(a) for a in (src, tgt_in, tgt_out))
 
