@@ -63,6 +63,7 @@ from pathlib import Path
 from scratchformer import backend, writer
 from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.errors import ScratchformerError
+from scratchformer.models.transformer import Transformer
 
 #: the files of an exported folder, in the order they are written
 FILES = (
@@ -96,12 +97,12 @@ def _safetensors_save():
 
 def refusal(model, tokenizer) -> str | None:
     """Why ``model`` (with ``tokenizer``) cannot be exported exactly, or None."""
-    kind = type(model).__name__
-    if kind != "Transformer":
+    if not isinstance(model, Transformer):
+        kind = type(model).__name__
         return (
-            f"this checkpoint holds {'an' if kind[0] in 'AEIOU' else 'a'} {kind}: export "
-            "writes translation models (the "
-            "encoder-decoder Transformer) as Marian, which has no counterpart for it"
+            f"this checkpoint holds {'an' if kind[0] in 'AEIOU' else 'a'} {kind}: export writes "
+            "translation models (the encoder-decoder Transformer) as Marian, which has no "
+            "counterpart for it"
         )
     cfg = model.config
     if cfg.norm != "post":
@@ -203,7 +204,7 @@ def marian_config(cfg) -> dict:
     return {
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
-        "vocab_size": cfg.vocab_size,
+        "vocab_size": cfg.src_vocab,  # the encoder's (the decoder's too when shared)
         "decoder_vocab_size": cfg.vocab_size,
         "d_model": cfg.d_model,
         "encoder_layers": cfg.N,

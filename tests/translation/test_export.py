@@ -41,7 +41,8 @@ def trained(tmp_path_factory):
 
 
 def config(bpe, **kw):
-    return TransformerConfig(vocab_size=len(bpe.vocab), N=1, d_model=8, d_ff=16, h=2, **kw)
+    sizes = {"N": 1, "d_model": 8, "d_ff": 16, "h": 2} | kw
+    return TransformerConfig(vocab_size=len(bpe.vocab), **sizes)
 
 
 @pytest.mark.parametrize(
@@ -164,3 +165,23 @@ def test_transformers_decodes_the_export_as_we_do(trained, tmp_path):
         generated = hf.generate(**enc, max_new_tokens=60)
     text = their_tok.batch_decode(generated, skip_special_tokens=True)
     assert text == translate(model, tok, sources, greedy=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("share", ["decoder", "none"])
+def test_untied_embeddings_export_exactly(bpe, share, tmp_path):
+    """A source embedding of its own (and an output projection of its own): the logits
+    of transformers' model equal ours within float32 rounding."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = Transformer(config(bpe, share_embeddings=share, N=2, seed=3))
+    ckpt = tmp_path / "m.npz"
+    save_checkpoint(ckpt, model, meta={"tokenizer": bpe.to_dict()})
+    export.export_marian(ckpt, tmp_path / "hf")
+    hf = transformers.MarianMTModel.from_pretrained(tmp_path / "hf").eval()
+    r = np.random.default_rng(0)
+    src, tgt = r.integers(4, len(bpe.vocab), (3, 7)), r.integers(4, len(bpe.vocab), (3, 5))
+    a = np.asarray(model.forward(src, tgt)[0])
+    with torch.no_grad():
+        b = hf(input_ids=torch.from_numpy(src), decoder_input_ids=torch.from_numpy(tgt)).logits
+    assert np.abs(a - b.numpy()).max() / np.abs(a).max() < 1e-5
