@@ -4,7 +4,8 @@ scratchformer export runs/bible-cpu/checkpoints/final.npz -o bible-es-en
 
 Writes a Marian model folder (config.json, generation_config.json, model.safetensors,
 tokenizer.json, tokenizer_config.json, tokenizer.model) that transformers loads with
-MarianMTModel.from_pretrained / AutoTokenizer.from_pretrained / pipeline("translation").
+MarianMTModel.from_pretrained and AutoTokenizer.from_pretrained (and, in transformers 4,
+pipeline("translation")).
 Needs the export extra (pip install -e '.[export]': safetensors only); the exact mapping
 of every tensor and token: docs/export.md. Post-LN models with sinusoidal positions and
 dense attention export; the others are refused with the reason.

@@ -247,7 +247,7 @@ class FileSet:
             files["train"].write(line)
         files.unchanged        # every file was there with this very content
 
-    Files are text (UTF-8, ``\n``) but for the keys in ``binary`` (opened for bytes).
+    Files are text (UTF-8, ``\\n`` line ends) but for the keys in ``binary`` (bytes).
 
     Each goes to a temporary file; when the block ends without an error: if every file
     already holds exactly the new content, nothing is replaced (``unchanged``); else
