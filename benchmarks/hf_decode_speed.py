@@ -44,7 +44,7 @@ from scratchformer.decode.common import max_output_lengths, writing_tokens
 from scratchformer.export import export_marian
 
 sys.path.insert(0, str(Path(__file__).parent))
-from hf_parity import padded, read_sources, their_greedy  # noqa: E402
+from hf_parity import padded, read_sources, their_generate  # noqa: E402
 
 
 def ours(model, batches, beams: int, writes) -> list:
@@ -63,7 +63,7 @@ def theirs(hf, batches, limits, beams: int, cfg) -> list:
     out, lo = [], 0
     for rows in batches:
         kw = {"length_penalty": 0.0, "early_stopping": True} if beams > 1 else {}
-        out += their_greedy(hf, rows, limits[lo : lo + len(rows)], cfg, beams=beams, **kw)
+        out += their_generate(hf, rows, limits[lo : lo + len(rows)], cfg, beams=beams, **kw)
         lo += len(rows)
     return out
 

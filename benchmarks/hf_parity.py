@@ -61,9 +61,10 @@ def padded(rows: list[list[int]], pad: int):
     return out
 
 
-def their_greedy(hf, rows, limits, cfg, beams=1, **kw) -> list[list[int]]:
-    """``generate`` on a right-padded batch; each output cut as ours is: without <bos>,
-    ended at <eos>, at most its own ``L_i`` tokens (ours forces <eos> there)."""
+def their_generate(hf, rows, limits, cfg, beams=1, **kw) -> list[list[int]]:
+    """``generate`` (greedy, or beam search with ``beams`` > 1) on a right-padded batch;
+    each output cut as ours is: without <bos>, ended at <eos>, at most its own ``L_i``
+    tokens (ours forces <eos> there)."""
     src = torch.from_numpy(padded(rows, cfg.pad_id))
     with torch.no_grad():
         out = hf.generate(
@@ -95,7 +96,8 @@ def logits_pair(model, hf, ids, out, cfg):
 def tie_or_not(model, hf, ids, a, b, cfg) -> dict:
     """Where greedy outputs ``a`` (ours) and ``b`` (theirs) part: the step, both tokens,
     their logit gap in our model, and the models' largest logit difference there."""
-    k = next(i for i in range(min(len(a), len(b)) + 1) if i >= min(len(a), len(b)) or a[i] != b[i])
+    n = min(len(a), len(b))
+    k = next((i for i in range(n) if a[i] != b[i]), n)  # n: one ended where the other goes on
     ours, theirs = logits_pair(model, hf, ids, a[:k], cfg)
     x, y = ours[k], theirs[k]
     ta = a[k] if k < len(a) else cfg.eos_id
@@ -173,7 +175,7 @@ def compare(args) -> dict:
     for lo in range(0, len(ids), args.batch):
         rows = ids[lo : lo + args.batch]
         ours += greedy_decode(model, padded(rows, cfg.pad_id), 1.0, 50, 1, writes)
-        theirs += their_greedy(hf, rows, limits[lo : lo + args.batch], cfg)
+        theirs += their_generate(hf, rows, limits[lo : lo + args.batch], cfg)
     report["greedy_seconds_both"] = round(time.perf_counter() - t0, 1)
     parted = [i for i in range(len(ids)) if ours[i] != theirs[i]]
     report["greedy_identical"] = len(ids) - len(parted)
@@ -195,7 +197,7 @@ def compare(args) -> dict:
         rows = ids[lo : min(lo + args.batch, n)]
         found = beam_search(model, padded(rows, cfg.pad_id), 4, 0.0, 1.0, 50, 1, 1, 0, writes)
         ours_b += [h[0].tokens for h in found]
-        theirs_b += their_greedy(
+        theirs_b += their_generate(
             hf,
             rows,
             limits[lo : lo + len(rows)],

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # benchmarks/
-from hf_parity import padded, read_sources, their_greedy
+from hf_parity import padded, read_sources, their_generate
 from transformers import MarianMTModel
 
 from scratchformer.checkpoint import load_with_tokenizer
@@ -41,7 +41,7 @@ def logp(i, out):
 for lo in range(0, 256, 32):
     rows = ids[lo : lo + 32]
     a = [h[0].tokens for h in beam_search(model, padded(rows, 0), 4, 0.0, 1.0, 50, 1, 1, 0, writes)]
-    b = their_greedy(
+    b = their_generate(
         hf, rows, limits[lo : lo + 32], cfg, beams=4, length_penalty=0.0, early_stopping=True
     )
     for k, (x, y) in enumerate(zip(a, b)):
