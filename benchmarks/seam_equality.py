@@ -1,7 +1,9 @@
 """Fingerprints of the engine's numbers on fixed inputs, to show that a change of the code
 moves none of them: losses, every parameter's gradient, the parameters after two Adam
-steps, and greedy and beam-search outputs, for every attention variant, in float32 and
-float64.
+steps, and greedy and beam-search outputs, for every attention variant, the language
+model (with its sampled continuations) and the classifier, in float32, float64 and
+float16 (mixed precision as training runs it: float32 master weights, the activations in
+float16, emulated on NumPy, with dynamic loss scaling).
 
     python benchmarks/seam_equality.py --save before.npz        # on the old tree
     python benchmarks/seam_equality.py --save after.npz         # on the new tree
@@ -17,6 +19,11 @@ Variants (a tiny model: N=2, d_model=16, h=2, dropout 0.1 everywhere incl. atten
     relative     Shaw, encoder+dec  skew         Music Transformer decoder
     local        local decoder      blockwise    query blocks of 3 gelu         GELU FFN
     lm-skew, lm-local, lm-dense     the decoder-only language model
+    classifier   the encoder classifier
+
+The script imports the engine by the module names of either layout (``scratchformer.X``
+or ``scratchformer.engine.X``), so the same file runs on the trees before and after a
+reorganisation.
 """
 
 from __future__ import annotations
@@ -31,6 +38,19 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.getcwd())
+
+
+def _imp(name: str):
+    """The engine's module ``name`` ("optim.scaler") in either layout."""
+    import importlib
+
+    for prefix in ("scratchformer.engine.", "scratchformer."):
+        try:
+            return importlib.import_module(prefix + name)
+        except ModuleNotFoundError:
+            continue
+    raise ModuleNotFoundError(name)
+
 
 VARIANTS = {
     "dense-post": {},
@@ -51,7 +71,7 @@ LM_VARIANTS = {
 
 
 def _config(V, **over):
-    from scratchformer.models import TransformerConfig
+    TransformerConfig = _imp("models").TransformerConfig
 
     base = dict(N=2, d_model=16, d_ff=24, h=2, P_drop=0.1, P_drop_attn=0.1, max_len=40)
     base.update(over)
@@ -68,44 +88,54 @@ def _batch(r, V, B=3, S=7, T=6):
     return src, tgt_in, tgt_out
 
 
-def _train(model, inputs, targets, steps=2):
-    """The loss and gradients of the first step, the parameters after ``steps`` steps."""
-    from scratchformer import backend, device
-    from scratchformer.optim import Adam
-
+def _train(model, inputs, targets, steps=2, compute=None):
+    """The loss and gradients of the first step, the parameters after ``steps`` steps;
+    ``compute="float16"``: mixed precision with dynamic loss scaling, as the Stepper runs
+    it (scaled backward, unscale, clip, skip on overflow), over three steps."""
+    backend, device = _imp("backend"), _imp("device")
+    Adam, clip_grad_norm = _imp("optim").Adam, _imp("optim").clip_grad_norm
+    scaler = _imp("optim.scaler").LossScaler(2.0**15, 2) if compute else None
     flat = model.flatten()
     adam = Adam(flat)
     first = None
-    for step in range(steps):
+    for step in range(steps if compute is None else 3):
         flat.grads.fill(0)
-        loss, cache = model.loss_forward(*inputs, targets, rng=device.generator(100 + step))
-        model.loss_backward(cache)
+        with backend.autocast(compute):
+            loss, cache = model.loss_forward(*inputs, targets, rng=device.generator(100 + step))
+            model.loss_backward(cache, dloss=1.0 if scaler is None else scaler.scale)
+        if scaler is not None:
+            scaler.unscale(flat.grads)
         if first is None:
             first = (float(loss), backend.asnumpy(flat.grads).copy())
-        adam.step(1e-3)
+        if scaler is None:
+            adam.step(1e-3)
+            continue
+        ok = scaler.check(clip_grad_norm(flat.grads, 1.0), flat.grads)
+        adam.step(1e-3, apply=ok)
+        scaler.update(ok)
     return first[0], first[1], backend.asnumpy(flat.params).copy()
 
 
 def fingerprints() -> dict:
-    from scratchformer import backend
-    from scratchformer.decode import beam_search, greedy_decode
-    from scratchformer.models import LanguageModel, Transformer
-
+    backend, decode, models = _imp("backend"), _imp("decode"), _imp("models")
+    generate = _imp("decode.sample").generate
     out = {}
     V = 13
-    for dtype in ("float32", "float64"):
-        with backend.precision(dtype):
+    for dtype in ("float32", "float64", "float16"):
+        compute = "float16" if dtype == "float16" else None
+        with backend.precision("float32" if compute else dtype):
             for name, over in VARIANTS.items():
                 r = np.random.default_rng(0)
                 src, tgt_in, tgt_out = _batch(r, V)
-                model = Transformer(_config(V, **over))
-                loss, grads, params = _train(model, (src, tgt_in), tgt_out)
+                model = models.Transformer(_config(V, **over))
+                loss, grads, params = _train(model, (src, tgt_in), tgt_out, compute=compute)
                 key = f"{name}/{dtype}"
                 out[f"{key}/loss"] = np.array(loss)
                 out[f"{key}/grads"] = grads
                 out[f"{key}/params-after-2-steps"] = params
-                greedy = greedy_decode(model, src, max_len_b=5)
-                beams = beam_search(model, src, beam_size=3, max_len_b=5, nbest=2)
+                with backend.autocast(compute):
+                    greedy = decode.greedy_decode(model, src, max_len_b=5)
+                    beams = decode.beam_search(model, src, beam_size=3, max_len_b=5, nbest=2)
                 out[f"{key}/greedy"] = _ragged([t for t in greedy])
                 out[f"{key}/beam"] = _ragged([h.tokens for hs in beams for h in hs])
                 out[f"{key}/beam-scores"] = np.array([h.score for hs in beams for h in hs])
@@ -114,12 +144,31 @@ def fingerprints() -> dict:
                 ids = r.integers(3, V, (3, 8))
                 ids[-1, -2:] = 0
                 targets = np.concatenate([ids[:, 1:], np.zeros((3, 1), dtype=ids.dtype)], 1)
-                model = LanguageModel(_config(V, **over))
-                loss, grads, params = _train(model, (ids,), targets)
+                model = models.LanguageModel(_config(V, **over))
+                loss, grads, params = _train(model, (ids,), targets, compute=compute)
                 key = f"{name}/{dtype}"
                 out[f"{key}/loss"] = np.array(loss)
                 out[f"{key}/grads"] = grads
                 out[f"{key}/params-after-2-steps"] = params
+                with backend.autocast(compute):
+                    samples = generate(model, [1, 5, 6], max_new_tokens=6, temperature=1.0,
+                                       top_k=5, seed=3, num_samples=3)
+                    greedy = generate(model, [1, 5, 6], max_new_tokens=6, temperature=0.0)
+                out[f"{key}/samples"] = _ragged(samples)
+                out[f"{key}/greedy"] = _ragged(greedy)
+            r = np.random.default_rng(2)
+            ids = r.integers(3, V, (4, 7))
+            ids[:, 0] = 1
+            ids[-1, -3:] = 0
+            labels = r.integers(0, 3, (4,))
+            model = models.EncoderClassifier(_config(V), num_classes=3)
+            loss, grads, params = _train(model, (ids,), labels, compute=compute)
+            key = f"classifier/{dtype}"
+            out[f"{key}/loss"] = np.array(loss)
+            out[f"{key}/grads"] = grads
+            out[f"{key}/params-after-2-steps"] = params
+            with backend.autocast(compute):
+                out[f"{key}/predict"] = backend.asnumpy(model.predict(ids)).astype(np.int64)
     return out
 
 
