@@ -5,7 +5,7 @@
 
 One attention forward + backward (the per-head attention alone,
 ``MultiHeadAttention.attend`` and ``attend_backward``: Q, K, V, dO given; causal mask;
-float32, no dropout), B=1, H=--heads, Dh=64, through the kernel seam's chosen
+float32, no dropout), B=1, H=--heads, Dh=64, through the ops' chosen
 implementations, dense and with query blocks (``attention_block``). Peak memory is
 what tracemalloc sees NumPy allocate during the call beyond the inputs (exact and
 deterministic); on CuPy (SCRATCHFORMER_BACKEND=cupy) the most bytes CuPy's memory pool

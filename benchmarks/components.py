@@ -26,7 +26,7 @@ import time
 _threads = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
 os.environ.setdefault("OPENBLAS_NUM_THREADS", _threads)
 
-from scratchformer import backend, device, kernels  # noqa: E402
+from scratchformer import backend, device  # noqa: E402
 from scratchformer.models import Transformer, TransformerConfig  # noqa: E402
 from scratchformer.models.transformer import padding_mask  # noqa: E402
 from scratchformer.ops import (  # noqa: E402
@@ -35,6 +35,7 @@ from scratchformer.ops import (  # noqa: E402
     layernorm_backward,
     layernorm_forward,
 )
+from scratchformer.ops.loss import cross_entropy  # noqa: E402
 from scratchformer.optim import Adam  # noqa: E402
 
 
@@ -127,10 +128,10 @@ def main(argv=None):
 
     def loss_seam():
         lg = logits.copy()
-        _, c = kernels.cross_entropy.forward(lg, ids, 0.1, 0, donate=True)
-        kernels.cross_entropy.backward(1.0, c)
+        _, c = cross_entropy.forward(lg, ids, 0.1, 0, donate=True)
+        cross_entropy.backward(1.0, c)
 
-    rows["the same, the seam's default (in place)"] = loss_seam
+    rows["the same, the op's default (in place)"] = loss_seam
     emb = model.embed
 
     def emb_bwd():

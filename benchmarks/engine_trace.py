@@ -10,7 +10,7 @@ built); a decoding step is one ``decode_step`` of beam search (beam 4) over a ba
 one sentence, also the third. Per trace: the package files entered, the functions (by
 file and name), the deepest chain of package calls, and the share of package calls made
 in the dispatcher (the op tables: ``kernels/table.py`` before the reorganisation,
-``engine/dispatch.py`` after).
+``dispatch.py`` after).
 
 Per op, as the step runs it: the files (and their lines) entered within the modules'
 calls of layer norm (``LayerNorm``/``AddNorm`` methods) and of attention
@@ -38,7 +38,7 @@ sys.path.insert(0, os.getcwd())
 
 import numpy as np  # noqa: E402
 
-DISPATCHERS = ("kernels/table.py", "engine/dispatch.py")
+DISPATCHERS = ("kernels/table.py", "/dispatch.py")
 NORM_CLASSES = ("LayerNorm", "AddNorm")
 ATTENTION_CLASSES = ("MultiHeadAttention", "RelativeMultiHeadAttention", "SkewMultiHeadAttention",
                      "LocalMultiHeadAttention")  # fmt: skip

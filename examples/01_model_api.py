@@ -5,8 +5,9 @@ python examples/01_model_api.py
 
 import numpy as np
 
-from scratchformer import Transformer, TransformerConfig, backend, device, kernels
+from scratchformer import Transformer, TransformerConfig, backend, device
 from scratchformer.gradcheck import check_model
+from scratchformer.ops.loss import cross_entropy
 
 config = TransformerConfig.preset("tiny", vocab_size=20)
 model = Transformer(config)
@@ -22,7 +23,7 @@ tgt_out = np.array([[12, 13, 2], [14, 2, 0]])  # (B, T)
 loss, cache = model.loss_forward(src, tgt_in, tgt_out, rng=device.generator(0))
 model.zero_grad()
 model.loss_backward(cache)
-n = int(kernels.cross_entropy.n_tokens(cache.loss))  # the loss's caches are the seam's
+n = int(cross_entropy.read(cache.loss, "n_tokens"))  # what the loss's cache declares
 print(f"label-smoothed loss per target token: {float(loss):.4f} over {n} tokens")
 
 grads = model.gradients()  # arrays of the backend: backend.asnumpy brings one to the host

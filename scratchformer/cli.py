@@ -178,10 +178,10 @@ def main(argv=None) -> int:
             else:
                 backend.require_env_backend()
             backend.quiet_float_warnings()
-            from scratchformer import kernels  # noqa: PLC0415  (loaded once the guard is on)
+            from scratchformer import dispatch  # noqa: PLC0415  (loaded once the guard is on)
 
-            if kernels.env_error is not None:  # SCRATCHFORMER_KERNELS misspelt
-                raise kernels.env_error
+            if dispatch.env_error is not None:  # SCRATCHFORMER_KERNELS misspelt
+                raise dispatch.env_error
             return int(args.func(args) or 0)
     except KeyboardInterrupt as e:
         return _interrupted(args, e)

@@ -14,8 +14,9 @@ from collections import Counter
 
 import pytest
 
+import scratchformer.ops  # noqa: F401  (every op registered)
 from scratchformer import backend as B
-from scratchformer import kernels
+from scratchformer import dispatch
 
 pytest_plugins = ["mpi_jobs"]  # the fixtures of the tests that start mpiexec
 
@@ -70,19 +71,16 @@ def backend(request):
 @pytest.fixture
 def plant():
     """``plant(op, backward, forward=None)``: put an implementation of the op ``op`` in
-    place through the kernel seam for the rest of the test (a deliberately broken
+    place through its table for the rest of the test (a deliberately broken
     backward, say), with the reference's forward unless one is given; it is removed
     afterwards. Returns the implementation."""
     planted = []
 
     def put(op, backward, forward=None):
-        table = kernels.table(op)
-        impl = kernels.Implementation(
-            "planted", forward or table.reference.forward, backward, note="planted by a test",
-            accessors=table.reference.accessors,
-        )  # fmt: skip
-        table.register(impl)
-        context = kernels.use(table, impl.name)
+        table = dispatch.table(op)
+        impl = table.register("planted", forward or table.reference.forward, backward,
+                              note="planted by a test", accessors=table.reference.accessors)
+        context = dispatch.use(table, impl.name)
         context.__enter__()
         planted.append((table, context))
         return impl

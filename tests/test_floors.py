@@ -6,8 +6,9 @@ the same order):
     0  backend, errors, progress,     arrays, error types, progress display, host memory,
        memory, compat, writer         older names and files still read, the one writer
     1  device                         device primitives: scatter-add, row dot, generator
-    2  ops                            the readable reference: pure forward/backward pairs
-    3  kernels                        the kernel seam: one table per op, implementations
+    2  dispatch                       each op's table and the choice of what runs
+    3  ops, parity                    one file per op family: the reference pairs, the
+                                      faster forms, the registration; the parity harness
     4  nn                             modules: parameters, gradients, wiring
     5  models                         the Transformer, the language model, the classifier
     6  optim, data, decode            Adam and the schedule; data; decoding
@@ -38,8 +39,8 @@ PACKAGE = Path(scratchformer.__file__).resolve().parent
 FLOORS = [
     {"backend", "errors", "progress", "memory", "compat", "writer"},
     {"device"},
-    {"ops"},
-    {"kernels"},
+    {"dispatch"},
+    {"ops", "parity"},
     {"nn"},
     {"models"},
     {"optim", "data", "decode"},

@@ -3,7 +3,7 @@
 Only scratchformer/backend.py may import numpy, cupy or cupyx (in any form: ``import
 numpy as np``, ``from numpy import x``, ``import cupyx.scipy``, inside a function too),
 so that switching the array backend really switches everything; besides it, only the
-kernel seam's CuPy files (``device/cupy_*.py``, ``kernels/cupy_*.py``) import cupy or
+CuPy files (``device/cupy_*.py``) import cupy or
 cupyx, and nothing else. No module may import an
 autodiff framework: every backward pass is written by hand. (Imports built from strings
 via importlib are out of scope.)
@@ -64,9 +64,9 @@ def test_the_checker_recognises_every_import_form(tmp_path):
 
 
 def is_cupy_side(path: Path) -> bool:
-    """A file of the kernel seam's CuPy side: ``device/cupy_*.py`` or ``kernels/cupy_*.py``."""
+    """A file of the CuPy side: ``device/cupy_*.py``."""
     rel = path.relative_to(PACKAGE)
-    return rel.parts[0] in ("device", "kernels") and rel.name.startswith("cupy_")
+    return rel.parts[0] == "device" and rel.name.startswith("cupy_")
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.relative_to(PACKAGE).as_posix())

@@ -13,13 +13,13 @@ Call 1 (``--budget`` 330 s by default):
     parity      NumPy and CuPy on the same weights and batch, ``CUPY_TF32`` unset:
                 float64 to 1e-12 on the harness metric, float32 CuPy within 2x NumPy
                 float32's error against float64, dropout on (the counter-based masks);
-                every kernel of the seam against its reference (kernels --check)
+                every op's implementation against its reference (kernels --check)
     host_reads  training and decoding steps with CuPy's synchronisation forbidden
                 (cupyx.allow_synchronize(False)): none may read back
     speed       ours against PyTorch eager on the same GPU, ``small`` and
                 ``base`` at 25,000 tokens, fp32 and TF32 (benchmarks/gpu/speed.py)
     tests       the CuPy tests that matter most, most important first, in groups (a
-                cut keeps the groups before it): kernels, device, ops, optim; the
+                cut keeps the groups before it): dispatch, device, ops, optim; the
                 trainer, decoding, the command line; nn
 
 Call 2 (``--budget`` 230 s by default):
@@ -135,7 +135,7 @@ if on_gpu:  # the cache was empty: the first step compiled every kernel it launc
     compile_.update(first_step_s=round(seconds[0], 3), second_step_s=round(seconds[1], 3),
                     median_step_s=round(float(np.median(seconds[2:])), 4),
                     first_decode_s=round(decode_s, 3))
-    from scratchformer.kernels import cupy_kernels
+    from scratchformer.device import cupy_kernels
     raw = {}
     for name in cupy_kernels.sources():
         t = time.perf_counter()
@@ -156,7 +156,7 @@ PARITY = r"""
 import json, sys
 import numpy as np
 from scratchformer import backend, device
-from scratchformer.kernels.parity import relative_error
+from scratchformer.parity import relative_error
 from scratchformer.models import Transformer, TransformerConfig
 other = sys.argv[1]                 # the backend compared with NumPy
 r = np.random.default_rng(0)
@@ -249,7 +249,7 @@ sys.exit(0 if ok else 1)
 #: the tests by call, in groups, most important first (one pytest run each: a stage cut
 #: at its limit keeps the groups before)
 TESTS = [
-    ["tests/kernels", "tests/device", "tests/ops", "tests/optim"],
+    ["tests/test_dispatch.py", "tests/device", "tests/ops", "tests/optim"],
     ["tests/train", "tests/decode", "tests/test_cli.py"],
     ["tests/nn"],
 ]
@@ -258,7 +258,7 @@ TESTS_REST = [
     ["tests/variants"],
     ["tests/test_gradcheck.py", "tests/translation", "tests/distributed/test_staging.py"],
 ]
-QUICK_TESTS = [["tests/device"], ["tests/kernels/test_seam.py"]]
+QUICK_TESTS = [["tests/device"], ["tests/test_dispatch.py"]]
 QUICK_TESTS_REST = [["tests/optim/test_clip.py"]]
 
 

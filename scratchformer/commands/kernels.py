@@ -1,13 +1,13 @@
-"""scratchformer kernels: the kernel seam's tables, and their parity check.
+"""scratchformer kernels: each op's table (scratchformer/dispatch.py), and their parity check.
 
 scratchformer kernels                  every op's implementations, and which one runs
 scratchformer kernels --check          each registered implementation against its
                                        reference on fresh random inputs (float32, float64)
 scratchformer kernels --check --all    the references against themselves too
 
-An op's table holds its readable reference (scratchformer/ops/) and the implementations
-registered beside it (faster NumPy forms, GPU kernels); the chosen one is what the
-models call. SCRATCHFORMER_KERNELS=reference in the environment forces the references
+An op's table holds its readable reference and the implementations registered below it
+in the op's file (scratchformer/ops/: faster NumPy forms, GPU kernels); the chosen one
+is what the models call. SCRATCHFORMER_KERNELS=reference in the environment forces the references
 everywhere. The check prints, per implementation and tensor, the largest relative
 error max|a - b| / max|b| over the cases, and exits 1 if one is above its limit
 (0 for an implementation that is bitwise equal by construction).
@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import argparse
 
-from scratchformer import backend, kernels
-from scratchformer.kernels import parity
+import scratchformer.ops  # noqa: F401  (every op's file, so every table is registered)
+from scratchformer import backend, dispatch, parity
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "kernels",
-        help="the kernel seam: each op's implementations, and their parity with the reference",
+        help="each op's implementations, which one runs, and their parity with the reference",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -40,13 +40,13 @@ def add_parser(sub) -> None:
 
 
 def _list() -> None:
-    forced = kernels.reference_forced()
-    print(f"kernel seam on {backend.backend_name()}; references forced everywhere: "
-          f"{'yes' if forced else 'no (SCRATCHFORMER_KERNELS=reference forces them)'}")  # fmt: skip
+    forced = dispatch.reference_forced()
+    print(f"the ops on {backend.backend_name()}; references forced everywhere: "
+          f"{'yes' if forced else 'no (SCRATCHFORMER_KERNELS=reference forces them)'}")
     print("* = what a call with float32 inputs runs now (its inputs donated where it may)")
     print(f"{'op':<19} {'implementation':<15} {'backends':<12} {'dtypes':<17} {'chosen':<6} note")
-    for name in sorted(kernels.TABLES):
-        table = kernels.TABLES[name]
+    for name in sorted(dispatch.TABLES):
+        table = dispatch.TABLES[name]
         chosen = table.chosen("float32", donate=True)
         for i, impl in enumerate(table.implementations()):
             note = impl.note if impl.proven else f"not yet run on a GPU: off; {impl.note}"
@@ -59,9 +59,9 @@ def _list() -> None:
 
 def _check(args) -> int:
     dtypes = tuple(args.dtype or ("float16", "float32", "float64"))
-    rows = parity.check_all(kernels.TABLES, dtypes, every=args.all)
+    rows = parity.check_all(dispatch.TABLES, dtypes, every=args.all)
     print(f"parity on {backend.backend_name()}: each implementation against its reference, "
-          "largest relative error max|a - b| / max|b| per tensor over the cases")  # fmt: skip
+          "largest relative error max|a - b| / max|b| per tensor over the cases")
     print(f"{'op':<20} {'implementation':<15} {'dtype':<8} {'tensor':<10} {'error':>9}  limit")
     failed = 0
     for op, impl, dtype, tensor, err, limit, ok in parity.summary(rows):

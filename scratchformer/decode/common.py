@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scratchformer import backend, kernels, memory
+from scratchformer import backend, memory
 from scratchformer.backend import xp
 from scratchformer.errors import (
     ScratchformerError,
@@ -40,6 +40,7 @@ from scratchformer.errors import (
     check_rank,
     check_token_ids,
 )
+from scratchformer.ops.softmax import log_softmax
 
 
 class DecodeError(ScratchformerError):
@@ -141,7 +142,7 @@ def log_probs(logits):
     Summed over up to hundreds of steps and compared across beams, so they are kept in
     float64 whatever the model computes in.
     """
-    return kernels.log_softmax.forward(logits.astype(xp.float64))[0]
+    return log_softmax.forward(logits.astype(xp.float64))[0]
 
 
 def next_log_probs(model, tokens, kv):

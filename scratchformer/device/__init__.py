@@ -6,7 +6,7 @@ its own module:
 
     numpy_device.py    NumPy (the host)
     cupy_device.py     CuPy (an NVIDIA GPU); the only files of the package beside
-                       backend.py that import cupy are this one and the kernels' CuPy side
+                       backend.py that import cupy are this one and cupy_kernels.py (the ops' CUDA)
 
 and where one form serves both, it is written once with ``xp`` (segment.py, counter.py;
 NumPy compacts segment.py's runs, to the same bits):
@@ -23,7 +23,7 @@ NumPy compacts segment.py's runs, to the same bits):
     fork(rng)                         a copy of a generator that continues its stream
 
 Whole forward/backward pairs that are faster on one backend (fused kernels) are not
-primitives: they live in the kernel seam's tables (scratchformer/kernels/).
+primitives: they are the faster forms in the ops' files (scratchformer/ops/).
 """
 
 from __future__ import annotations

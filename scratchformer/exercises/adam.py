@@ -3,10 +3,9 @@ place over flat arrays, and have it graded against the engine's ``Adam`` over se
 steps (the bias correction of step t must use that t).
 
 The learner writes ``adam_update(theta, g, m, v, t, lr, beta1, beta2, eps)``, the
-update of ops/adam.py; while a model trains with it, it is put in place in the kernel
-seam's ``adam_update`` table (with the decoupled weight decay applied before it when a
-run has one), so ``Adam.step`` calls it on the flat parameter, gradient and moment
-buffers.
+reference update of optim/adam.py; while a model trains with it, it is put in place with
+``optim.adam.use_update`` (with the decoupled weight decay applied before it when a run
+has one), so ``Adam.step`` calls it on the flat parameter, gradient and moment buffers.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from dataclasses import dataclass
 from scratchformer import backend
 from scratchformer.backend import xp
 from scratchformer.exercises.guard import guarded
-from scratchformer.exercises.op import plugged
 from scratchformer.exercises.spec import (
     DRAWN,
     TOL,
@@ -34,8 +32,7 @@ from scratchformer.exercises.spec import (
 )
 from scratchformer.gradcheck import GradCheckRow, GradReport, rel_error
 from scratchformer.nn.flat import FlatParameters
-from scratchformer.ops.adam import adam_update
-from scratchformer.optim.adam import Adam
+from scratchformer.optim.adam import Adam, adam_update, use_update
 
 _IMPORTS = """\
 import math
@@ -45,7 +42,7 @@ from scratchformer.backend import xp"""
 
 
 def _learner_update(update):
-    """The ``adam_update`` table's signature around a learner's ``update``: the decoupled
+    """The engine's update signature around a learner's ``update``: the decoupled
     weight decay, which the exercise leaves out, applied first (it uses theta before
     the step)."""
 
@@ -141,7 +138,7 @@ class AdamExercise(Exercise):
             "    scratchformer exercise check adam      grade it\n"
             "    scratchformer exercise hint adam       the next hint\n"
             "    scratchformer exercise solution adam   the engine's code\n\n"
-            f"The engine's code: scratchformer/ops/adam.py ({self.link()}).\n"
+            f"The engine's code: scratchformer/optim/adam.py ({self.link()}).\n"
             "What you write becomes the update of Adam.step while a model trains with it.\n"
             "The checker runs it step after step from zero moments and compares theta, m\n"
             f"and v after every step with the engine's Adam:{labels}\n"
@@ -246,7 +243,7 @@ update; write into the arrays: ``m *= ...``, ``m += ...``, or ``m[...] = ...``).
 
     @contextlib.contextmanager
     def plug(self, code: dict):
-        with plugged("adam_update", update=_learner_update(code["adam_update"])):
+        with use_update(_learner_update(code["adam_update"])):
             yield
 
 

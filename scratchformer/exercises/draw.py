@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from scratchformer import backend
 from scratchformer.exercises.spec import DRAWN
-from scratchformer.kernels.cases import Case, Seed, randn
+from scratchformer.ops.cases import Case, Seed, randn
 
 
 def leads(r) -> list[tuple]:

@@ -44,7 +44,7 @@ from scratchformer.exercises.spec import (
     NotWritten,
     drawing,
 )
-from scratchformer.kernels.parity import relative_error
+from scratchformer.parity import relative_error
 
 PASSING, FAILING, NOT_WRITTEN, BROKEN = "passing", "failing", "not written", "broken"
 #: the worst entries shown of a wrong gradient

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer import backend, kernels
+from scratchformer import backend
 from scratchformer.exercises import draw_layers
 from scratchformer.exercises.draw import padding_mask
 from scratchformer.exercises.layer import (
@@ -25,6 +25,7 @@ from scratchformer.exercises.layer import (
 from scratchformer.exercises.spec import always
 from scratchformer.nn.attention import MultiHeadAttention, split_heads
 from scratchformer.nn.layers import AddNorm, PositionwiseFeedForward
+from scratchformer.ops.linear import linear
 
 
 def seeded_randn(seed: int, shape, dtype):
@@ -33,7 +34,7 @@ def seeded_randn(seed: int, shape, dtype):
 
 # -- multi-head attention ----------------------------------------------------------------
 def _mha(self, dout, cache, *, split=True, value_path=True, assign=False):
-    dO_merged, dW_o, _ = kernels.linear.backward(dout, cache.o_proj)  # (B, T, H*Dv)
+    dO_merged, dW_o, _ = linear.backward(dout, cache.o_proj)  # (B, T, H*Dv)
     add(self, "W_o", dW_o, assign)
     if split:
         dO = split_heads(dO_merged, self.h)
@@ -101,7 +102,7 @@ cache (a MultiHeadAttentionCache), one LinearCache per projection:
     cache.attn    the per-head attention's cache: for self.attend_backward
     cache.o_proj  the merged heads (B, T, H*Dv) @ W_o -> (B, T, D)
 
-Use kernels.linear.backward(dY, a LinearCache) -> (dX, dW, db) for the projections,
+Use linear.backward(dY, a LinearCache) -> (dX, dW, db) for the projections,
 self.attend_backward(dO, cache.attn) -> (dQ, dK, dV) for the heads' attention (each
 (B, H, T or S, Dh or Dv)), and split_heads / merge_heads (imported above) between them.
 self.h is the number of heads.
@@ -120,15 +121,15 @@ projected by W_o:
     head_i = Attention(x_q W_q^i, x_kv W_k^i, x_kv W_v^i)
     MultiHead(x_q, x_kv) = Concat(head_1, ..., head_h) W_o""",
     imports="""\
-from scratchformer import kernels
-from scratchformer.nn.attention import MultiHeadAttentionCache, merge_heads, split_heads""",
+from scratchformer.nn.attention import MultiHeadAttentionCache, merge_heads, split_heads
+from scratchformer.ops.linear import linear""",
     cases=_mha_cases,
     drawn=draw_layers.multi_head_attention,
     inputs=("dx_q", "dx_kv"),
     helpers=((MultiHeadAttention, "_project_backward"),),
     hints=(
         "Undo the forward's steps in reverse: the output projection first "
-        "(kernels.linear.backward with cache.o_proj) gives the merged heads' gradient "
+        "(linear.backward with cache.o_proj) gives the merged heads' gradient "
         "(B, T, H*Dv) and dW_o.",
         "split_heads and merge_heads only move numbers: the gradient goes back through "
         "the inverse move. The merged heads' gradient is split the way the forward "
@@ -166,11 +167,11 @@ from scratchformer.nn.attention import MultiHeadAttentionCache, merge_heads, spl
 
 # -- the feed-forward network ------------------------------------------------------------
 def _ffn(self, dout, cache, *, activation=True, dropout=True, assign=False):
-    da, dW_2, db_2 = kernels.linear.backward(dout, cache.lin2)
+    da, dW_2, db_2 = linear.backward(dout, cache.lin2)
     if dropout:
         da = self.dropout.backward(da, cache.drop)
     du = self.activation.backward(da, cache.act) if activation else da
-    dx, dW_1, db_1 = kernels.linear.backward(du, cache.lin1)
+    dx, dW_1, db_1 = linear.backward(du, cache.lin1)
     add(self, "W_2", dW_2)
     add(self, "b_2", db_2, assign)
     add(self, "W_1", dW_1)
@@ -217,7 +218,7 @@ cache (a FeedForwardCache):
     cache.drop  the hidden layer's dropout: for self.dropout.backward(da, cache.drop)
     cache.lin2  a' (B, T, F) @ W_2 + b_2 -> out (B, T, D)
 
-Use kernels.linear.backward(dY, a LinearCache) -> (dX, dW, db). The activation's
+Use linear.backward(dY, a LinearCache) -> (dX, dW, db). The activation's
 backward may work in the buffer of the gradient you give it.
 Add into self.grads["W_1"], ["b_1"], ["W_2"], ["b_2"] (+=) and return dx (B, T, D).""",
         ),
@@ -229,17 +230,17 @@ paper's ReLU, or GELU) and, optionally, dropout on the hidden layer:
 
     u = x W_1 + b_1      a = act(u)      a' = dropout(a)      out = a' W_2 + b_2""",
     imports="""\
-from scratchformer import kernels
-from scratchformer.nn.layers import FeedForwardCache""",
+from scratchformer.nn.layers import FeedForwardCache
+from scratchformer.ops.linear import linear""",
     cases=_ffn_cases,
     drawn=draw_layers.ffn,
     inputs=("dx",),
     hints=(
         "Four steps forward, four back, in reverse: the second linear map, the dropout, "
         "the activation, the first linear map.",
-        "Each step has its backward ready: kernels.linear.backward, self.dropout.backward, "
+        "Each step has its backward ready: linear.backward, self.dropout.backward, "
         "self.activation.backward. Pass each the cache of its own step.",
-        "Every parameter is used at every position: kernels.linear.backward already sums "
+        "Every parameter is used at every position: linear.backward already sums "
         "over them. Add what it returns into self.grads.",
     ),
     mistakes=(
@@ -277,7 +278,7 @@ class ExitCache(NamedTuple):
 
 def add_norm_exit(self, x, s, rng=None):
     """``LayerNorm(x + Dropout(s))`` (post-LN) or ``x + Dropout(s)`` (pre-LN), step by
-    step (the engine runs these steps as one op of the kernel seam, add_norm_exit)."""
+    step (the engine runs these steps as one op, add_norm_exit)."""
     s_drop, c_drop = self.dropout.forward(s, rng)
     r = x + s_drop
     if self.norm_first:

@@ -6,9 +6,9 @@ graded by ``gradcheck.check_op`` on every input of the exercise: the engine's fo
 the learner's backward, float64 central differences of ``sum(out * dout)``.
 
 While a model trains with it (``exercise train``), the learner's backward is registered
-in the op's table of the kernel seam (``kernels.TABLES``) as an implementation whose
-forward is the reference's, and put in place with ``kernels.use``: every module that
-calls the op runs the learner's backward.
+in the op's table (scratchformer/dispatch.py) as an implementation whose forward is the
+reference's, and put in place with ``dispatch.use``: every module that calls the op runs
+the learner's backward.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scratchformer import backend, device, kernels
+from scratchformer import backend, device, dispatch
 from scratchformer.exercises import generic
 from scratchformer.exercises.guard import guarded
 from scratchformer.exercises.spec import (
@@ -37,7 +37,7 @@ from scratchformer.exercises.spec import (
     stub,
 )
 from scratchformer.gradcheck import check_op
-from scratchformer.kernels.cases import Case, Seed
+from scratchformer.ops.cases import Case, Seed
 
 #: the name of a learner's implementation in a kernel table
 LEARNER = "learner"
@@ -260,24 +260,14 @@ class OpExercise(Exercise):
 
 
 @contextlib.contextmanager
-def plugged(table_name: str, backward: Callable | None = None, update: Callable | None = None):
-    """A learner's ``backward`` in place in the kernel table ``table_name``, the
-    reference's forward beside it (or, for an update op, the learner's ``update``),
-    while the context is open."""
-    table = kernels.table(table_name)
-    if update is not None:
-        impl = kernels.Implementation(LEARNER, update, note="a learner's update (exercise)")
-    else:
-        impl = kernels.Implementation(
-            LEARNER,
-            table.reference.forward,
-            backward,
-            note="a learner's backward (exercise)",
-            accessors=table.reference.accessors,
-        )
-    table.register(impl)
+def plugged(table_name: str, backward: Callable):
+    """A learner's ``backward`` in place in the op's table ``table_name``, the reference's
+    forward beside it, while the context is open."""
+    table = dispatch.table(table_name)
+    table.register(LEARNER, table.reference.forward, backward,
+                   note="a learner's backward (exercise)", accessors=table.reference.accessors)
     try:
-        with kernels.use(table, LEARNER):
+        with dispatch.use(table, LEARNER):
             yield
     finally:
         table.unregister(LEARNER)
@@ -288,7 +278,7 @@ XP_IMPORT = "from scratchformer.backend import xp"
 
 
 def with_cases(kernel_cases, *extra):
-    """The kernel seam's cases of an op, then ``extra(r, dtype) -> [Case]``."""
+    """The parity cases of an op, then ``extra(r, dtype) -> [Case]``."""
 
     def cases(r, dtype):
         found = list(kernel_cases(r, dtype))

@@ -6,8 +6,8 @@ The attention exercise asks for the backward of the two pieces every attention o
 engine is built from, ``attention_core_backward`` and ``dot_product_logits_backward``,
 and grades them together through ``attention_backward`` (given), and once with a term
 of the output that reads the weights again (as Shaw's value term does: the core's
-``dA_drop``). In training they go into the kernel seam's ``attention_core`` and
-``dot_product_logits`` tables, so the learner's core runs in every attention variant.
+``dA_drop``). In training they go into the ``attention_core`` and ``dot_product_logits``
+tables, so the learner's core runs in every attention variant.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from scratchformer.exercises.spec import (
     stub,
 )
 from scratchformer.gradcheck import check_op
-from scratchformer.kernels.cases import Case, Seed, mask, qkv, randn
 from scratchformer.ops import attention as att
 from scratchformer.ops import dropout, softmax
+from scratchformer.ops.cases import Case, Seed, mask, qkv, randn
 
 
 # -- scaled dot-product attention --------------------------------------------------------
@@ -122,8 +122,8 @@ from scratchformer.ops.attention import (
     AttentionCoreCache,
     DotProductLogitsCache,
 )
-from scratchformer.ops.dropout import dropout_forward
-from scratchformer.ops.softmax import softmax_forward"""
+from scratchformer.ops.dropout import dropout
+from scratchformer.ops.softmax import softmax"""
 
 _CORE_DOC = """\
 The attention core's backward: ``O = A' V`` with ``A' = dropout(A)``, ``A = softmax(Z)``.

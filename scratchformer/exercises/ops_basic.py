@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from scratchformer import kernels
+from scratchformer import dispatch
 from scratchformer.backend import xp
 from scratchformer.exercises import draw
 from scratchformer.exercises.op import XP_IMPORT, OpExercise, mistake
@@ -58,7 +58,7 @@ Return ``(dx, dW, db)``: dx (..., D_in) like x, dW (D_in, D_out) like W, db (D_o
 like b, or None when ``cache.has_bias`` is False. ``...`` is any number of leading axes
 (here (B, T)): W and b are used at every one of those positions.""",
     imports=f"{XP_IMPORT}\nfrom scratchformer.ops.linear import LinearCache",
-    cases=kernels.table("linear").cases,
+    cases=dispatch.table("linear").cases,
     drawn=draw.linear,
     gradients=("dx", "dW", "db"),
     hints=(
@@ -156,7 +156,7 @@ RELU = OpExercise(
         fields="    cache.positive  bool, the shape of x   True where x > 0",
     ),
     imports=f"{XP_IMPORT}\nfrom scratchformer.ops.activations import ReLUCache",
-    cases=kernels.table("relu").cases,
+    cases=dispatch.table("relu").cases,
     drawn=draw.pointwise,
     gradients=("dx",),
     hints=(
@@ -213,7 +213,7 @@ from scratchformer.ops.activations import GELUCache
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715""",
-    cases=kernels.table("gelu").cases,
+    cases=dispatch.table("gelu").cases,
     drawn=draw.pointwise,
     gradients=("dx",),
     hints=(
@@ -300,7 +300,7 @@ Return ``dE`` (V, D) like E. The same id may occur several times in ids.""",
 {XP_IMPORT}
 from scratchformer import device  # device.segment_sum(idx, rows, K): equal indices add up
 from scratchformer.ops.embedding import EmbeddingCache""",
-    cases=kernels.table("embedding").cases,
+    cases=dispatch.table("embedding").cases,
     drawn=draw.embedding,
     graded_forward=_embedding_constant_pad,
     gradients=("dE",),
@@ -373,7 +373,7 @@ Return ``dx`` (..., K) like x. Every row is its own softmax: nothing mixes rows.
 {XP_IMPORT}
 from scratchformer import device  # device.rowdot(a, b) = sum(a * b, -1)
 from scratchformer.ops.softmax import SoftmaxCache""",
-    cases=kernels.table("softmax").cases,
+    cases=dispatch.table("softmax").cases,
     drawn=draw.softmax,
     gradients=("dx",),
     hints=(

@@ -7,13 +7,13 @@ own pieces with the one thing wrong; its hint says where to look, not what to wr
 
 from __future__ import annotations
 
-from scratchformer import kernels
+from scratchformer import dispatch
 from scratchformer.backend import xp
 from scratchformer.exercises import draw
 from scratchformer.exercises.op import XP_IMPORT, OpExercise, mistake, randn, with_cases
 from scratchformer.exercises.spec import always
-from scratchformer.kernels.cases import Case
 from scratchformer.ops import dropout, layernorm, loss
+from scratchformer.ops.cases import Case
 
 
 # -- layer norm --------------------------------------------------------------------------
@@ -84,7 +84,7 @@ mu and var are computed from x: each depends on every entry of its row.""",
 {XP_IMPORT}
 from scratchformer import device  # device.rowdot(a, b) = sum(a * b, -1)
 from scratchformer.ops.layernorm import LayerNormCache""",
-    cases=with_cases(kernels.table("layernorm").cases, _layernorm_cases),
+    cases=with_cases(dispatch.table("layernorm").cases, _layernorm_cases),
     drawn=draw.layernorm,
     gradients=("dx", "dgamma", "dbeta"),
     hints=(
@@ -174,7 +174,7 @@ cache (a DropoutCache):
 Return ``dx`` like x.""",
     imports=f"{XP_IMPORT}\nfrom scratchformer.ops.dropout import DropoutCache",
     given=(dropout.dropout_mask,),
-    cases=kernels.table("dropout").cases,
+    cases=dispatch.table("dropout").cases,
     drawn=draw.dropout,
     gradients=("dx",),
     hints=(
@@ -255,7 +255,7 @@ Return ``dlogits`` (N..., V) like the logits.""",
     imports=f"{XP_IMPORT}\nfrom scratchformer.ops.loss import LossCache",
     given=(loss.smoothing_weights, loss.check_scores),
     solution=(loss.row_factors, loss.subtract_q),
-    cases=kernels.table("cross_entropy").cases,
+    cases=dispatch.table("cross_entropy").cases,
     drawn=draw.cross_entropy,
     gradients=("dlogits",),
     hints=(

@@ -7,7 +7,7 @@ own pieces with the one thing wrong; its hint says where to look, not what to wr
 
 from __future__ import annotations
 
-from scratchformer import kernels
+from scratchformer import dispatch
 from scratchformer.backend import xp
 from scratchformer.exercises import draw
 from scratchformer.exercises.op import OpExercise, mistake
@@ -67,7 +67,7 @@ from scratchformer import device  # device.segment_sum(idx, rows, K): equal indi
 from scratchformer.ops.relative_attention import ShawLogitsCache, relative_index""",
     given=(rel.gather_relative,),
     solution=(rel.scatter_relative,),
-    cases=kernels.table("shaw_logits").cases,
+    cases=dispatch.table("shaw_logits").cases,
     drawn=draw.shaw,
     gradients=("dQ", "dK", "dE_k"),
     hints=(
@@ -192,7 +192,7 @@ from scratchformer.ops.relative_attention import (
 )""",
     given=(rel.skew_forward,),
     solution=(rel.skew_backward, rel.scatter_relative),
-    cases=kernels.table("skew_logits").cases,
+    cases=dispatch.table("skew_logits").cases,
     drawn=draw.skew,
     gradients=("dQ", "dK", "dE_r"),
     hints=(

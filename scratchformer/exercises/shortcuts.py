@@ -1,8 +1,8 @@
 """Shortcuts that make a check prove nothing, found in the learner's file before it runs:
 
 - the engine's own code for the exercise, imported or reached (``from scratchformer.ops
-  .linear import linear_backward``, ``kernels.linear.backward``, ``MultiHeadAttention
-  .backward`` read from the class);
+  .linear import linear_backward``, the op's table ``linear.backward``, ``dispatch.table
+  ("linear")``, ``MultiHeadAttention.backward`` read from the class);
 - an autograd package (torch, jax, autograd, tensorflow, ...);
 - finite differences of its own: the gradient checker imported, or the forward called
   inside the function to write.
@@ -23,7 +23,7 @@ CHECKER = ("numeric_gradient", "check_gradients", "check_op", "check_module", "c
 
 
 def _engine_names(ex) -> tuple[set, set, set]:
-    """``(function names, kernel tables, (class, method) pairs)`` of the engine's code
+    """``(function names, op tables, (class, method) pairs)`` of the engine's code
     for the exercise: what a learner's file must not call for its answer."""
     names, tables, methods = set(), set(), set()
     if ex.kind != "layer":  # a layer's engine methods are named by their class below
@@ -34,8 +34,7 @@ def _engine_names(ex) -> tuple[set, set, set]:
     if ex.name == "attention":
         tables |= {"attention_core", "dot_product_logits"}
     if ex.kind == "optimizer":
-        tables.add("adam_update")
-        names.add("Adam")
+        names |= {"Adam", "blocked_update"}
     for m in getattr(ex, "methods", ()):
         methods.add((m.cls.__name__, m.attr))
     return names - {""}, tables, methods
@@ -104,16 +103,16 @@ def find(ex, text: str, path: str) -> str:
             chain = [aliases.get(chain[0], chain[0]), *chain[1:]] if chain else chain
             if len(chain) >= 2 and chain[-1] in names:
                 return said(f"it reads the engine's own {'.'.join(chain)}", node)
-            if len(chain) >= 3 and chain[-3:-1] == ["kernels", chain[-2]] and chain[-2] in tables:
+            if len(chain) >= 2 and chain[-2] in tables and chain[-1] in ("forward", "backward"):
                 return said(f"it calls the engine's {'.'.join(chain)} for this exercise", node)
             if len(chain) >= 2 and (chain[-2], chain[-1]) in methods:
                 return said(f"it reads the engine's own {chain[-2]}.{chain[-1]}", node)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             chain = _attribute_chain(node.func)
-            if chain[-2:] == ["kernels", "table"] and node.args:
+            if chain[-2:] == ["dispatch", "table"] and node.args:
                 arg = node.args[0]
                 if isinstance(arg, ast.Constant) and arg.value in tables:
-                    return said(f"it calls the engine's kernels.table({arg.value!r})", node)
+                    return said(f"it calls the engine's dispatch.table({arg.value!r})", node)
     return _differences(ex, tree, writes, said)
 
 

@@ -201,6 +201,10 @@ def learner_code(path: str | None, doing: str):
     except Exception as e:  # the learner's code may raise anything
         at = where_in(path, e.__traceback__) if path else None
         what = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+        if isinstance(e, ImportError) and e.name == "scratchformer" and "'kernels'" in str(e):
+            what += (" (a file started with an earlier scratchformer: the ops are now called "
+                     "through their tables, e.g. 'from scratchformer.ops.linear import linear' "
+                     "and 'linear.backward(...)' for 'kernels.linear.backward(...)')")
         if at is None:
             raise LearnerError(f"{doing} failed with {what}") from None
         line, func = at

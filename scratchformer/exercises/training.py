@@ -9,11 +9,11 @@ What is put in place, for each exercise that passes now (re-checked first):
   one of them holds a learner's pass, so a learner's softmax or dropout reaches every
   attention, unless their attention core passes too;
 - a layer: the module class's method (``LayerExercise.plug``);
-- Adam: the kernel seam's ``adam_update`` (``AdamExercise.plug``).
+- Adam: ``optim.adam.use_update`` (``AdamExercise.plug``).
 
 Both runs write into the learner's folder (``runs/yours``, ``runs/engine``). With the
 engine's code in every file (the solutions: the plain formulas of ops/), the two runs
-agree to rounding: the engine's own run uses the kernel seam's faster forms of the same
+agree to rounding: the engine's own run uses the ops' faster forms of the same
 math (BLAS row sums, in-place buffers), which sum in another order.
 """
 
@@ -26,12 +26,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from scratchformer import backend, kernels, writer
+from scratchformer import backend, dispatch, writer
 from scratchformer.errors import ScratchformerError
 from scratchformer.exercises import EXERCISES, files, isolate, verdict
 from scratchformer.exercises.grade import FAILING
 from scratchformer.exercises.spec import LearnerError, new_seed
-from scratchformer.kernels.parity import relative_error
+from scratchformer.parity import relative_error
 from scratchformer.progress import clock
 from scratchformer.train.config import build
 from scratchformer.train.loop import Trainer
@@ -101,7 +101,7 @@ def configs(where: Path, steps: int | None, sets: list) -> tuple:
 
 def train_both(where: Path, steps=None, sets=(), progress=True, echo=print) -> tuple:
     """Train with the learner's code, then with the engine's; ``(yours, engine, names)``."""
-    if kernels.reference_forced():
+    if dispatch.reference_forced():
         raise ScratchformerError(
             "SCRATCHFORMER_KERNELS=reference forces the engine's ops everywhere: unset it "
             "to train with yours"

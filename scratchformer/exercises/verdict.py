@@ -18,9 +18,9 @@ from scratchformer import backend, device
 from scratchformer.backend import xp
 from scratchformer.data.batching import TokenBatchSampler
 from scratchformer.exercises import EXERCISES, files
-from scratchformer.kernels.parity import relative_error
 from scratchformer.nn.flat import FlatParameters
 from scratchformer.optim.adam import Adam
+from scratchformer.parity import relative_error
 from scratchformer.train.tasks import TASKS
 from scratchformer.train.tasks.base import line_limit
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from scratchformer import backend, device, kernels
+from scratchformer import backend, device
 from scratchformer.backend import xp
 from scratchformer.errors import ShapeError, check_length, check_rank, check_token_ids
 from scratchformer.models.config import TransformerConfig
@@ -26,7 +26,8 @@ from scratchformer.models.transformer import padding_mask
 from scratchformer.nn.layers import Dropout, Embedding, Linear
 from scratchformer.nn.module import Module
 from scratchformer.nn.transformer import Encoder, StackCache
-from scratchformer.ops.tanh import TanhCache
+from scratchformer.ops.loss import cross_entropy
+from scratchformer.ops.tanh import TanhCache, tanh
 
 
 class HeadCache(NamedTuple):
@@ -49,7 +50,7 @@ class ClassificationHead(Module):
     def forward(self, f, rng=None):
         x, c1 = self.dropout.forward(f, rng)
         x, c2 = self.dense.forward(x)
-        x, c3 = kernels.tanh.forward(x)
+        x, c3 = tanh.forward(x)
         x, c4 = self.dropout.forward(x, rng)  # one module, two calls: two masks in caches
         logits, c5 = self.out.forward(x)
         return logits, HeadCache(c1, c2, c3, c4, c5)
@@ -57,7 +58,7 @@ class ClassificationHead(Module):
     def backward(self, dlogits, cache: HeadCache):
         dx = self.out.backward(dlogits, cache.out)
         dx = self.dropout.backward(dx, cache.drop2)
-        dx = kernels.tanh.backward(dx, cache.tanh)
+        dx = tanh.backward(dx, cache.tanh)
         dx = self.dense.backward(dx, cache.dense)
         return self.dropout.backward(dx, cache.drop1)
 
@@ -124,11 +125,11 @@ class EncoderClassifier(Module):
             raise ShapeError(f"{labels.shape[0]} labels for a batch of {ids.shape[0]}")
         labels = check_token_ids(labels, self.num_classes, "labels")
         logits, c_model = self.forward(ids, rng)
-        loss, c_loss = kernels.cross_entropy.forward(logits, labels, eps_ls, None, donate=True)
+        loss, c_loss = cross_entropy.forward(logits, labels, eps_ls, None, donate=True)
         return loss, ClassifierLossCache(c_model, c_loss)
 
     def loss_backward(self, cache: ClassifierLossCache, dloss=1.0):
-        self.backward(kernels.cross_entropy.backward(dloss, cache.loss), cache.model)
+        self.backward(cross_entropy.backward(dloss, cache.loss), cache.model)
 
     def predict(self, ids):
         """ids (B, S)  ->  predicted class ids (B,), dropout off."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from scratchformer import backend, device, kernels
+from scratchformer import backend, device
 from scratchformer.errors import ShapeError, check_length, check_rank, check_token_ids
 from scratchformer.models.config import TransformerConfig
 from scratchformer.models.transformer import padding_mask
@@ -29,6 +29,7 @@ from scratchformer.nn.kv import DecodeStateError, KVCache
 from scratchformer.nn.layers import Embedding
 from scratchformer.nn.module import Module
 from scratchformer.nn.transformer import CausalStack, StackCache
+from scratchformer.ops.loss import cross_entropy
 
 
 class LMCache(NamedTuple):
@@ -92,7 +93,7 @@ class LanguageModel(Module):
         logits, c_model = self.forward(ids, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
         # The logits are ours alone: the fused loss turns them into the probabilities.
-        loss, c_loss = kernels.cross_entropy.forward(
+        loss, c_loss = cross_entropy.forward(
             logits, targets, eps, self.config.pad_id, donate=True
         )
         return loss, LMLossCache(c_model, c_loss)
@@ -100,7 +101,7 @@ class LanguageModel(Module):
     def loss_backward(self, cache: LMLossCache, dloss=1.0):
         """Back-propagates ``dloss * loss``; writes dlogits over the cached probabilities,
         so a cache serves one backward (a second call raises ValueError)."""
-        self.backward(kernels.cross_entropy.backward(dloss, cache.loss), cache.model)
+        self.backward(cross_entropy.backward(dloss, cache.loss), cache.model)
 
     # -- inference ----------------------------------------------------------------------
     def init_kv(self, rows: int, capacity: int | None = None) -> KVCache:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from scratchformer import backend, device, kernels
+from scratchformer import backend, device
 from scratchformer.errors import (
     ShapeError,
     check_length,
@@ -32,6 +32,7 @@ from scratchformer.nn.kv import DecodeStateError, KVCache
 from scratchformer.nn.layers import Embedding, Linear
 from scratchformer.nn.module import Module
 from scratchformer.nn.transformer import Decoder, Encoder, StackCache
+from scratchformer.ops.loss import cross_entropy
 
 
 class TransformerCache(NamedTuple):
@@ -195,7 +196,7 @@ class Transformer(Module):
         logits, c_model = self._forward(src, tgt_in, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
         # The logits are ours alone: the fused loss turns them into the probabilities.
-        loss, c_loss = kernels.cross_entropy.forward(
+        loss, c_loss = cross_entropy.forward(
             logits, tgt_out, eps, self.config.pad_id, donate=True
         )
         return loss, TransformerLossCache(c_model, c_loss)
@@ -206,7 +207,7 @@ class Transformer(Module):
         Writes dlogits over the cached probabilities (no second (B, T, V) array), so a
         cache serves one backward; a second call raises ValueError.
         """
-        self.backward(kernels.cross_entropy.backward(dloss, cache.loss), cache.model)
+        self.backward(cross_entropy.backward(dloss, cache.loss), cache.model)
 
 
 __all__ = [

@@ -9,11 +9,11 @@ The per-head matrices are stored side by side: ``W_q`` (D, H*Dh), ``W_k`` (D, H*
 loop over heads. No biases, as in the paper's equations.
 
 The per-head attention between the projections (``attend``) is three steps, each a
-call into the kernel seam:
+call of an op's table:
 
     1. ``Z = logits(Q, K)``      the paper's ``Q K^T / sqrt(d_k)`` here
     2. ``O = core(Z, V)``        masked softmax, dropout, product with V: the one
-                                 attention core (kernels/attention_core.py)
+                                 attention core (ops/attention.py)
     3. ``O = values(O, A')``     a term of the output that reads the weights again
                                  (none here)
 
@@ -47,9 +47,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer import backend, device, kernels
+from scratchformer import backend, device
 from scratchformer.nn.module import Module, xavier_uniform
-from scratchformer.ops.attention import causal_mask
+from scratchformer.ops.attention import attention_core, causal_mask, dot_product_logits
+from scratchformer.ops.linear import linear
 
 
 class MultiHeadAttentionCache(NamedTuple):
@@ -176,18 +177,18 @@ class MultiHeadAttention(Module):
 
     def _project(self, x, name: str):
         """x (B, L, D) @ ``params[name]``, split into heads: (B, H, L, Dh) and its cache."""
-        y, cache = kernels.linear.forward(x, self.params[name])  # (B, L, H*Dh)
+        y, cache = linear.forward(x, self.params[name])  # (B, L, H*Dh)
         return split_heads(y, self.h), cache
 
     def _project_backward(self, dY, cache, name: str):
         """The reverse of ``_project``: dY (B, H, L, Dh) -> dx (B, L, D); adds dW."""
-        dx, dW, _ = kernels.linear.backward(merge_heads(dY), cache)
+        dx, dW, _ = linear.backward(merge_heads(dY), cache)
         self.grads[name] += dW
         return dx
 
     def _output(self, O):
         """Concatenate the heads and project: O (B, H, T, Dv) -> (B, T, D) and its cache."""
-        return kernels.linear.forward(merge_heads(O), self.params["W_o"])
+        return linear.forward(merge_heads(O), self.params["W_o"])
 
     def forward(self, x_q, x_kv, mask=None, rng=None):
         """x_q (B, T, D), x_kv (B, S, D), mask bool broadcastable to (B, H, T, S)  ->  (B, T, D).
@@ -211,7 +212,7 @@ class MultiHeadAttention(Module):
         1. ``dx_q = merge(dQ) W_q^T``, ``dx_kv = merge(dK) W_k^T + merge(dV) W_v^T``,
            ``dW_q += x_q^T merge(dQ)`` (likewise ``dW_k``, ``dW_v``)
         """
-        dO_merged, dW_o, _ = kernels.linear.backward(dout, cache.o_proj)  # (B, T, H*Dv)
+        dO_merged, dW_o, _ = linear.backward(dout, cache.o_proj)  # (B, T, H*Dv)
         self.grads["W_o"] += dW_o
         dQ, dK, dV = self.attend_backward(split_heads(dO_merged, self.h), cache.attn)
         dx_q = self._project_backward(dQ, cache.q_proj, "W_q")  # (B, T, D)
@@ -234,15 +235,15 @@ class MultiHeadAttention(Module):
         """Step 1: ``Z = Q K^T / sqrt(d_k)`` (B, H, T, S), fresh (the core may work in
         its buffer), and its cache. A variant with other logits replaces this (queries
         at positions ``offset ..``; the paper's logits do not depend on it)."""
-        return kernels.dot_product_logits.forward(Q, K)
+        return dot_product_logits.forward(Q, K)
 
     def logits_backward(self, dZ, cache):
         """``(dQ, dK)``; a variant with parameters of its own adds into ``self.grads``."""
-        return kernels.dot_product_logits.backward(dZ, cache, donate=True)
+        return dot_product_logits.backward(dZ, cache, donate=True)
 
     def values(self, O, core, logits_cache):
         """Step 3: ``O`` (B, H, T, Dv) = the core's ``A' V``  ->  the output and a cache
-        (a variant's term reads ``kernels.attention_core.dropped_weights(core)``)."""
+        (a variant's term reads ``attention_core.read(core, "dropped_weights")``)."""
         return O, None
 
     def values_backward(self, dO, cache):
@@ -263,7 +264,7 @@ class MultiHeadAttention(Module):
         """The three steps with the mask as given (causality already in it):
         1. ``Z = logits(Q, K)``  2. ``O = core(Z, V)``  3. ``O = values(O, A')``."""
         Z, c_logits = self.logits(Q, K, offset)  # (B, H, T, S)
-        O, c_core = kernels.attention_core.forward(
+        O, c_core = attention_core.forward(
             Z, V, mask, self.P_drop_attn, rng, donate=True
         )  # (B, H, T, Dv)
         O, c_values = self.values(O, c_core, c_logits)
@@ -275,7 +276,7 @@ class MultiHeadAttention(Module):
         if isinstance(cache, BlockwiseCache):
             return self._attend_blockwise_backward(dO, cache)
         dA_drop = self.values_backward(dO, cache.values)
-        dZ, dV = kernels.attention_core.backward(dO, cache.core, dA_drop)
+        dZ, dV = attention_core.backward(dO, cache.core, dA_drop)
         dQ, dK = self.logits_backward(dZ, cache.logits)
         return dQ, dK, dV
 
@@ -284,7 +285,7 @@ class MultiHeadAttention(Module):
         (for plots); None where the variant keeps no (T, S) weights (blocks)."""
         if not isinstance(cache.attn, AttendCache) or cache.attn.core is None:
             return None
-        return kernels.attention_core.weights(cache.attn.core)
+        return attention_core.read(cache.attn.core, "weights")
 
     # -- memory-efficient: blocks of queries, each computed again in the backward -------
     def _attend_blockwise(self, Q, K, V, mask, rng, offset: int):
@@ -318,7 +319,7 @@ class MultiHeadAttention(Module):
             dO_b = dO[..., i0:i1, :]
             # attend_backward's steps, each block's weights let go before its logits'
             dA_drop = self.values_backward(dO_b, c.values)
-            dZ, dV_b = kernels.attention_core.backward(dO_b, c.core, dA_drop)
+            dZ, dV_b = attention_core.backward(dO_b, c.core, dA_drop)
             dV += dV_b
             c_logits = c.logits
             del c, dV_b, dA_drop  # the block's weights: one (B, H, M, S) array less held

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer import backend, kernels
+from scratchformer import backend
 from scratchformer.nn.module import Module, allocating, normal, ones, xavier_uniform, zeros
-from scratchformer.ops.positional import sinusoidal_table
+from scratchformer.ops.activations import ACTIVATIONS
+from scratchformer.ops.dropout import dropout
+from scratchformer.ops.embedding import embedding
+from scratchformer.ops.layernorm import add_norm_exit, layernorm
+from scratchformer.ops.linear import linear
+from scratchformer.ops.positional import positional, sinusoidal_table
 
 
 class Linear(Module):
@@ -25,10 +30,10 @@ class Linear(Module):
             self.add_parameter("b", zeros(d_out))
 
     def forward(self, x):
-        return kernels.linear.forward(x, self.params["W"], self.params.get("b"))
+        return linear.forward(x, self.params["W"], self.params.get("b"))
 
     def backward(self, dout, cache):
-        dx, dW, db = kernels.linear.backward(dout, cache)
+        dx, dW, db = linear.backward(dout, cache)
         self.grads["W"] += dW
         if db is not None:
             self.grads["b"] += db
@@ -54,7 +59,7 @@ class Embedding(Module):
     def forward(self, ids):
         """ids (B, T) int  ->  (B, T, D) = E[ids] * scale; under ``backend.autocast``
         (mixed precision) in the activations' dtype: where the float16 ones begin."""
-        out, cache = kernels.embedding.forward(ids, self.params["E"], self.pad_id)
+        out, cache = embedding.forward(ids, self.params["E"], self.pad_id)
         if self.scale != 1.0:
             out = out * self.scale
         compute = backend.compute_dtype()
@@ -69,15 +74,15 @@ class Embedding(Module):
         dout = dout.astype(self.params["E"].dtype, copy=False)
         if self.scale != 1.0:
             dout = dout * self.scale
-        kernels.embedding.backward_into(self.grads["E"], dout, cache)
+        embedding.backward_into(self.grads["E"], dout, cache)
 
     def project(self, h):
         """Tied output projection: h (B, T, D)  ->  logits (B, T, V) = h E^T (unscaled)."""
-        return kernels.linear.forward(h, self.params["E"].T)
+        return linear.forward(h, self.params["E"].T)
 
     def project_backward(self, dlogits, cache):
         """``dh = dlogits E``; ``dE += dlogits^T h`` (the transpose of linear's dW)."""
-        dh, dET, _ = kernels.linear.backward(dlogits, cache)
+        dh, dET, _ = linear.backward(dlogits, cache)
         self.grads["E"] += dET.T
         return dh
 
@@ -103,10 +108,10 @@ class PositionalEncoding(Module):
 
     def forward(self, x, offset: int = 0):
         """x (B, T, D)  ->  x + P[offset : offset + T]."""
-        return kernels.positional.forward(x, self._P(), offset)
+        return positional.forward(x, self._P(), offset)
 
     def backward(self, dout, cache):
-        dx, dP = kernels.positional.backward(dout, cache)
+        dx, dP = positional.backward(dout, cache)
         if self.kind == "learned":
             self.grads["P"] += dP
         return dx
@@ -122,10 +127,10 @@ class LayerNorm(Module):
         self.add_parameter("beta", zeros(d_model))
 
     def forward(self, x):
-        return kernels.layernorm.forward(x, self.params["gamma"], self.params["beta"], self.eps)
+        return layernorm.forward(x, self.params["gamma"], self.params["beta"], self.eps)
 
     def backward(self, dout, cache):
-        dx, dgamma, dbeta = kernels.layernorm.backward(dout, cache)
+        dx, dgamma, dbeta = layernorm.backward(dout, cache)
         self.grads["gamma"] += dgamma
         self.grads["beta"] += dbeta
         return dx
@@ -141,10 +146,10 @@ class Dropout(Module):
         self.p = p
 
     def forward(self, x, rng=None):
-        return kernels.dropout.forward(x, self.p, rng)
+        return dropout.forward(x, self.p, rng)
 
     def backward(self, dout, cache):
-        return kernels.dropout.backward(dout, cache)
+        return dropout.backward(dout, cache)
 
 
 class AddNormCache(NamedTuple):
@@ -181,10 +186,10 @@ class AddNorm(Module):
         self.dropout = Dropout(P_drop)
 
     def _norm(self, x):
-        return kernels.layernorm.forward(x, self.params["gamma"], self.params["beta"], self.eps)
+        return layernorm.forward(x, self.params["gamma"], self.params["beta"], self.eps)
 
     def _norm_backward(self, dout, cache):
-        dx, dgamma, dbeta = kernels.layernorm.backward(dout, cache)
+        dx, dgamma, dbeta = layernorm.backward(dout, cache)
         self.grads["gamma"] += dgamma
         self.grads["beta"] += dbeta
         return dx
@@ -205,14 +210,14 @@ class AddNorm(Module):
         sub-layer's output ``s`` is given up."""
         p = self.params
         gamma, beta = (None, None) if self.norm_first else (p["gamma"], p["beta"])
-        y, c = kernels.add_norm_exit.forward(
+        y, c = add_norm_exit.forward(
             x, s, gamma, beta, self.eps, self.dropout.p, rng, donate=True
         )
         return y, AddNormCache(None, c)
 
     def exit_backward(self, dy, cache: AddNormCache):
         """Returns ``(dx, ds)``: the residual path's gradient and the sub-layer output's."""
-        dx, ds, dgamma, dbeta = kernels.add_norm_exit.backward(dy, cache.exit)
+        dx, ds, dgamma, dbeta = add_norm_exit.backward(dy, cache.exit)
         if dgamma is not None:
             self.grads["gamma"] += dgamma
             self.grads["beta"] += dbeta
@@ -232,9 +237,9 @@ class PositionwiseFeedForward(Module):
     def __init__(self, d_model, d_ff, activation="relu", P_drop_ffn=0.0, rng=None):
         super().__init__()
         rng = rng or backend.host_rng(0)
-        if activation not in kernels.ACTIVATIONS:
+        if activation not in ACTIVATIONS:
             raise ValueError(
-                f"unknown activation {activation!r}: expected one of {list(kernels.ACTIVATIONS)}"
+                f"unknown activation {activation!r}: expected one of {list(ACTIVATIONS)}"
             )
         self.activation_name = activation
         self.dropout = Dropout(P_drop_ffn)
@@ -245,25 +250,25 @@ class PositionwiseFeedForward(Module):
 
     @property
     def activation(self):
-        """The activation's op in the kernel seam (looked up by name: a copy of the module
+        """The activation's op (its table) (looked up by name: a copy of the module
         calls the same table)."""
-        return kernels.ACTIVATIONS[self.activation_name]
+        return ACTIVATIONS[self.activation_name]
 
     def forward(self, x, rng=None):
         """x (B, T, D)  ->  (B, T, D)."""
         p = self.params
-        u, c1 = kernels.linear.forward(x, p["W_1"], p["b_1"])  # (B, T, F)
+        u, c1 = linear.forward(x, p["W_1"], p["b_1"])  # (B, T, F)
         a, c_act = self.activation.forward(u, donate=True)  # u is ours alone
         a, c_drop = self.dropout.forward(a, rng)
-        out, c2 = kernels.linear.forward(a, p["W_2"], p["b_2"])  # (B, T, D)
+        out, c2 = linear.forward(a, p["W_2"], p["b_2"])  # (B, T, D)
         return out, FeedForwardCache(c1, c_act, c_drop, c2)
 
     def backward(self, dout, cache: FeedForwardCache):
         g = self.grads
-        da, dW_2, db_2 = kernels.linear.backward(dout, cache.lin2)
+        da, dW_2, db_2 = linear.backward(dout, cache.lin2)
         da = self.dropout.backward(da, cache.drop)
         du = self.activation.backward(da, cache.act, donate=True)  # da is fresh
-        dx, dW_1, db_1 = kernels.linear.backward(du, cache.lin1)
+        dx, dW_1, db_1 = linear.backward(du, cache.lin1)
         g["W_2"] += dW_2
         g["b_2"] += db_2
         g["W_1"] += dW_1

@@ -7,7 +7,7 @@ block ``b`` (of ``local_block`` positions) attend to a window of the keys of blo
 
     1. ``Qb = blocks(Q)``, ``Kwin = window(blocks(K))``, ``Vwin = window(blocks(V))``
     2. ``Ob = attend(Qb, Kwin, Vwin, band)``: the paper's logits and the attention core
-       on (B, H, nb, M, 2M) scores, through the kernel seam
+       on (B, H, nb, M, 2M) scores, through their tables
     3. ``O = unblock(Ob)``
 
 Backward: the same steps in reverse, ``window``'s adjoint folding each window's

@@ -2,7 +2,7 @@
 
 Both keep ``MultiHeadAttention``'s projections, heads and ``W_o``, and its attention
 core; each writes only its own logits (and Shaw its value term), from the pairs of
-ops/relative_attention.py through the kernel seam. The logits take the position of the
+ops/relative_attention.py through their tables. The logits take the position of the
 first query (``offset``), so that ``infer`` and ``step`` (incremental decoding) and
 memory-efficient attention's blocks of queries reuse them.
 
@@ -16,9 +16,11 @@ Dimension key: ``B`` batch, ``T`` queries, ``S`` keys, ``D`` d_model, ``H`` head
 
 from __future__ import annotations
 
-from scratchformer import backend, kernels
+from scratchformer import backend
 from scratchformer.nn.attention import MultiHeadAttention, register_attention
 from scratchformer.nn.module import normal
+from scratchformer.ops.attention import attention_core
+from scratchformer.ops.relative_attention import shaw_logits, shaw_values, skew_logits
 
 
 @register_attention
@@ -46,20 +48,20 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         self.add_parameter("E_v", normal(rng, self.d_v**-0.5, (2 * k + 1, self.d_v)))
 
     def logits(self, Q, K, offset: int = 0):
-        return kernels.shaw_logits.forward(Q, K, self.params["E_k"], offset)
+        return shaw_logits.forward(Q, K, self.params["E_k"], offset)
 
     def logits_backward(self, dZ, cache):
-        dQ, dK, dE_k = kernels.shaw_logits.backward(dZ, cache)
+        dQ, dK, dE_k = shaw_logits.backward(dZ, cache)
         self.grads["E_k"] += dE_k
         return dQ, dK
 
     def values(self, O, core, logits_cache):
-        A_drop = kernels.attention_core.dropped_weights(core)  # (B, H, T, S)
-        idx = kernels.shaw_logits.idx(logits_cache)  # (T, S)
-        return kernels.shaw_values.forward(O, A_drop, self.params["E_v"], idx)
+        A_drop = attention_core.read(core, "dropped_weights")  # (B, H, T, S)
+        idx = shaw_logits.read(logits_cache, "idx")  # (T, S)
+        return shaw_values.forward(O, A_drop, self.params["E_v"], idx)
 
     def values_backward(self, dO, cache):
-        dA_drop, dE_v = kernels.shaw_values.backward(dO, cache)
+        dA_drop, dE_v = shaw_values.backward(dO, cache)
         self.grads["E_v"] += dE_v
         return dA_drop
 
@@ -90,10 +92,10 @@ class SkewMultiHeadAttention(MultiHeadAttention):
         self.add_parameter("E_r", normal(rng, self.d_k**-0.5, (h, k + 1, self.d_k)))
 
     def logits(self, Q, K, offset: int = 0):
-        return kernels.skew_logits.forward(Q, K, self.params["E_r"], offset)
+        return skew_logits.forward(Q, K, self.params["E_r"], offset)
 
     def logits_backward(self, dZ, cache):
-        dQ, dK, dE_r = kernels.skew_logits.backward(dZ, cache)
+        dQ, dK, dE_r = skew_logits.backward(dZ, cache)
         self.grads["E_r"] += dE_r
         return dQ, dK
 

@@ -1,5 +1,10 @@
 """Activations: ReLU (the paper's) and GELU (tanh form, as BERT and GPT-2 use).
 
+The reference pairs first; below them ReLU's in-place form, which runs by default where
+the caller gives its input up (the feed-forward layer does): bitwise equal, no (..., F)
+temporary. GELU runs its reference. float16 activations take the emulated float16 forms
+(ops/float16.py).
+
 Derivation: docs/derivations.md#activations.
 """
 
@@ -9,6 +14,9 @@ import math
 from typing import NamedTuple
 
 from scratchformer.backend import xp
+from scratchformer.dispatch import Op
+from scratchformer.ops import float16
+from scratchformer.ops.cases import pointwise
 
 
 class ReLUCache(NamedTuple):
@@ -48,7 +56,31 @@ def gelu_backward(dout, cache: GELUCache):
     return dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du_dx)
 
 
-ACTIVATIONS = {
-    "relu": (relu_forward, relu_backward),
-    "gelu": (gelu_forward, gelu_backward),
-}
+# -- ReLU in place ------------------------------------------------------------------------
+def relu_inplace_forward(x):
+    """``relu_forward`` in x's buffer (x is given up)."""
+    positive = x > 0
+    xp.multiply(x, positive, out=x)
+    return x, ReLUCache(positive)
+
+
+def relu_inplace_backward(dout, cache: ReLUCache):
+    """``relu_backward`` in dout's buffer (dout is given up)."""
+    xp.multiply(dout, cache.positive, out=dout)
+    return dout
+
+
+# -- the registration (the cases: one (2, 3, 5) input) -------------------------------------
+relu = Op("relu", relu_forward, relu_backward, inputs=("x",), gradients=("dx",),
+          donatable=("x",), cases=pointwise)
+relu.register("inplace", relu_inplace_forward, relu_inplace_backward, default=True,
+              exact=True, donates=("x", "dout"),
+              note="in x's buffer, the backward in dout's (both given up)")
+float16.register(relu)
+
+gelu = Op("gelu", gelu_forward, gelu_backward, inputs=("x",), gradients=("dx",),
+          cases=pointwise)
+float16.register(gelu)
+
+#: the activations by config name
+ACTIVATIONS = {"relu": relu, "gelu": gelu}

@@ -1,5 +1,10 @@
 """Embedding lookup: ``out[b, t] = E[ids[b, t]]``.
 
+The reference pair first. What runs by default is the same forward with a backward that
+adds the rows looked up straight into the parameter's gradient (``backward_into``,
+below): no (V, D) temporary. Its first floating input is a parameter, so it has no
+float16 form: float32 serves.
+
 Dimension key: ``B`` batch, ``T`` length, ``V`` vocabulary, ``D`` d_model.
 Derivation: docs/derivations.md#embedding.
 """
@@ -10,6 +15,8 @@ from typing import NamedTuple
 
 from scratchformer import device
 from scratchformer.backend import xp
+from scratchformer.dispatch import Op
+from scratchformer.ops.cases import Case, ids, randn
 
 
 class EmbeddingCache(NamedTuple):
@@ -39,3 +46,34 @@ def embedding_backward(dout, cache: EmbeddingCache):
     if pad_id is not None:
         dE[pad_id] = 0
     return dE
+
+
+# -- adding into the gradient buffer ----------------------------------------------------------
+def embedding_backward_into(dE, dout, cache: EmbeddingCache) -> None:
+    """``dE += embedding_backward(dout)``, touching only the rows looked up: the rows of
+    ``dout`` at padding are zeroed (a product with the mask: no boolean index, which a
+    GPU would read back) and the rest scatter-added (``device.scatter_add``), repeats
+    adding up. No (V, D) temporary."""
+    ids_, _, pad_id = cache
+    rows = dout.reshape(-1, dout.shape[-1])  # (N, D)
+    flat = ids_.reshape(-1)  # (N,)
+    if pad_id is not None:
+        rows = rows * (flat != pad_id)[:, None]
+    device.scatter_add(dE, flat, rows)
+
+
+# -- the parity cases and the registration ---------------------------------------------------
+def cases(r, dt):
+    E = randn(r, (7, 5), dt)
+    return [
+        Case("pad 0, repeated ids", (ids(r, (3, 4), 7, pad=0), E, 0)),
+        Case("no pad", (ids(r, (2, 5), 7), E)),
+    ]
+
+
+embedding = Op("embedding", embedding_forward, embedding_backward, inputs=("ids", "E", "pad_id"),
+               gradients=("dE",), cases=cases)
+embedding.register("into", embedding_forward, embedding_backward, default=True, exact=True,
+                   backward_into=embedding_backward_into,
+                   note="backward_into: the gradient added into the parameter's, no (V, D) "
+                   "temporary")

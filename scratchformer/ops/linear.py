@@ -1,5 +1,8 @@
 """Linear (affine) map: ``out = x W + b``.
 
+The reference pair below is what runs on every backend (its products are BLAS calls
+already); float16 activations take its emulated float16 form (ops/float16.py).
+
 Dimension key: ``N`` any leading dims, ``D_in`` input features, ``D_out`` output features.
 Derivation: docs/derivations.md#linear.
 """
@@ -9,6 +12,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from scratchformer.backend import xp
+from scratchformer.dispatch import Op
+from scratchformer.ops import float16
+from scratchformer.ops.cases import Case, randn
 
 
 class LinearCache(NamedTuple):
@@ -47,3 +53,14 @@ def linear_backward(dout, cache: LinearCache):
     # column sums as a product with ones: NumPy's axis-0 reduction is several times slower
     db = xp.ones(dout2.shape[0], dtype=dout2.dtype) @ dout2 if has_bias else None
     return dx, dW, db
+
+
+# -- the parity cases and the registration ---------------------------------------------------
+def cases(r, dt):
+    x, W, b = randn(r, (2, 3, 5), dt), randn(r, (5, 4), dt), randn(r, (4,), dt)
+    return [Case("with bias", (x, W, b)), Case("no bias", (x, W))]
+
+
+linear = Op("linear", linear_forward, linear_backward, inputs=("x", "W", "b"),
+            gradients=("dx", "dW", "db"), cases=cases)
+float16.register(linear, products=True)

@@ -13,7 +13,7 @@ O(L * M) instead of the O(L^2) of dense attention. With ``window(X)[b] = [X_{b-1
     O_b = attention(Q_b, window(K)_b, window(V)_b, band_b)
 
 that is, the paper's logits and the attention core on the blocked tensors: the module
-(nn/local_attention.py) calls them through the kernel seam around these re-indexings,
+(nn/local_attention.py) calls them through their tables around these re-indexings,
 so nothing of the attention is written again. Backward: the attention's backward on the
 blocks, then ``window``'s adjoint folds the window gradient back:
 ``dK_b = dKwin_b[M:] + dKwin_{b+1}[:M]``. Queries that do not line up with the keys

@@ -8,6 +8,14 @@ which is the cross-entropy against ``q``: ``q[y] = 1 - eps``, ``q[k] = eps/(V-1)
 ``k != y``. We report the mean over non-pad target tokens; eps = 0 is plain NLL.
 (Older fairseq smoothed with eps/V; tensor2tensor subtracts q's entropy when reporting.)
 
+The reference pairs first: the NLL of log-probabilities, and the training loss of every
+model, ``cross_entropy`` (log-softmax fused with that NLL). What runs by default for the
+training loss is its in-place form below: the same steps with the probabilities in the
+logits' buffer (the caller gives the logits up) and dlogits written over them, no
+second (N, V) array in either pass; its cache serves one backward. The losses'
+accessors ``n_tokens`` and ``nll_sum`` (0-d, left on the device) serve the logs. float16
+activations take the emulated float16 forms (ops/float16.py), whose loss stays float32.
+
 Dimension key: ``N`` any leading dims (B, T), ``V`` vocabulary.
 Derivation: docs/derivations.md#label-smoothed-cross-entropy.
 """
@@ -16,7 +24,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer.backend import xp
+from scratchformer import backend
+from scratchformer.backend import np, xp
+from scratchformer.dispatch import Op
+from scratchformer.ops import float16
+from scratchformer.ops.cases import Case, randn, targets
 
 
 class LossCache(NamedTuple):
@@ -147,3 +159,89 @@ def cross_entropy_backward(dout, cache: LossCache):
     d = cache.P.reshape(-1, cache.V) * r  # (N, V)
     subtract_q(d, r, cache)
     return d.reshape(cache.P.shape)
+
+
+# -- the training loss in place ---------------------------------------------------------------
+class InplaceLossCache(NamedTuple):
+    loss: LossCache  # its P is the logits' buffer
+    spent: list  # [True] once the backward has written dlogits over P
+
+
+def cross_entropy_inplace_forward(logits, target, eps: float = 0.0, pad_id=None):
+    """``cross_entropy_forward``'s steps with the shifted logits, their exponentials and
+    the probabilities each written over the logits' buffer (given up)."""
+    check_scores(logits, target)
+    V = logits.shape[-1]
+    off, on = smoothing_weights(V, eps)
+    x = logits.reshape(-1, V)  # (N, V), a view of the logits
+    tgt = target.reshape(-1)  # (N,)
+    rows = xp.arange(tgt.shape[0])
+    m = x.max(axis=-1, keepdims=True)  # (N, 1)
+    e = xp.subtract(x, m, out=x)  # (N, V) shifted logits
+    z_y = e[rows, tgt]  # (N,)
+    sum_z = e.sum(axis=-1) if eps else None  # (N,)
+    xp.exp(e, out=e)  # unnormalised probabilities
+    s = e.sum(axis=-1, keepdims=True)  # (N, 1)
+    e *= 1.0 / s  # P
+    lse = xp.log(s[:, 0])  # (N,)
+    nll = lse - z_y
+    per_token = on * nll
+    if eps:
+        per_token = per_token + off * (V * lse - sum_z)
+    keep = xp.ones(target.shape, dtype=bool) if pad_id is None else target != pad_id
+    keep_flat = keep.reshape(-1)
+    n_tokens = keep_flat.sum()  # 0-d
+    loss = (per_token * keep_flat).sum() / xp.maximum(n_tokens, 1).astype(logits.dtype)
+    nll_sum = (nll * keep_flat).sum()
+    P = e.reshape(logits.shape)  # the logits' buffer (a copy only if they were strided)
+    cache = LossCache(target, keep, eps, n_tokens, nll_sum, V, logits.dtype, P)
+    return loss.astype(logits.dtype), InplaceLossCache(cache, [False])
+
+
+def cross_entropy_inplace_backward(dout, cache: InplaceLossCache):
+    """dlogits written over the cached probabilities (the cache is then spent)."""
+    if cache.spent[0]:
+        raise ValueError("this cross_entropy cache was spent by a backward that wrote over it: "
+                         "run the forward again")
+    c = cache.loss
+    r = row_factors(c, dout)  # (N, 1)
+    d = c.P.reshape(-1, c.V)
+    xp.multiply(d, r, out=d)
+    subtract_q(d, r, c)
+    cache.spent[0] = True
+    return c.P
+
+
+# -- the parity cases and the registration ---------------------------------------------------
+def cross_entropy_cases(r, dt):
+    logits = randn(r, (3, 4, 7), dt)
+    return [
+        Case("eps 0.1, pad 0", (logits, targets(r), 0.1, 0)),
+        Case("eps 0", (logits, targets(r))),
+    ]
+
+
+def label_smoothed_nll_cases(r, dt):
+    x = r.standard_normal((3, 4, 7))
+    lp = x - np.log(np.exp(x).sum(-1, keepdims=True))
+    return [Case("eps 0.1, pad 0", (backend.asarray(lp, dtype=dt), targets(r), 0.1, 0))]
+
+
+#: the loss caches' accessors
+READ = {"n_tokens": lambda c: c.n_tokens, "nll_sum": lambda c: c.nll_sum}
+
+cross_entropy = Op("cross_entropy", cross_entropy_forward, cross_entropy_backward,
+                   inputs=("logits", "target", "eps", "pad_id"), gradients=("dlogits",),
+                   accessors=READ, donatable=("logits",), cases=cross_entropy_cases)
+cross_entropy.register("inplace", cross_entropy_inplace_forward,
+                       cross_entropy_inplace_backward, default=True, exact=True,
+                       donates=("logits",),
+                       accessors={k: (lambda c, f=f: f(c.loss)) for k, f in READ.items()},
+                       note="P in the logits' buffer (given up), dlogits over P: one backward "
+                       "per cache")
+float16.register(cross_entropy, loss=True)
+
+label_smoothed_nll = Op("label_smoothed_nll", label_smoothed_nll_forward,
+                        label_smoothed_nll_backward, inputs=("lprobs", "target", "eps", "pad_id"),
+                        gradients=("dlprobs",), accessors=READ, cases=label_smoothed_nll_cases)
+float16.register(label_smoothed_nll, loss=True)

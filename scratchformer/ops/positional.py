@@ -1,7 +1,8 @@
 """Positions: the paper's sinusoids and a learned table, both added to the embeddings.
 
 ``out[b, t] = x[b, t] + P[offset + t]``. For sinusoids ``P`` is a constant table; for
-learned positions it is a parameter and receives ``dP``.
+learned positions it is a parameter and receives ``dP``. The reference pair is what
+runs (float16 activations: its emulated float16 form, ops/float16.py).
 
 Dimension key: ``B`` batch, ``T`` length, ``D`` d_model, ``L`` max_len.
 Derivation: docs/derivations.md#positions.
@@ -12,6 +13,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from scratchformer.backend import xp
+from scratchformer.dispatch import Op
+from scratchformer.ops import float16
+from scratchformer.ops.cases import Case, randn
 
 
 def sinusoidal_table(max_len: int, d_model: int, dtype=None):
@@ -55,4 +59,13 @@ def positional_backward(dout, cache: PositionalCache):
     return dout, dP
 
 
-__all__ = ["sinusoidal_table", "positional_forward", "positional_backward"]
+def cases(r, dt):
+    x, P = randn(r, (2, 4, 6), dt), randn(r, (10, 6), dt)
+    return [Case("offset 0", (x, P)), Case("offset 3", (x, P, 3))]
+
+
+positional = Op("positional", positional_forward, positional_backward,
+                inputs=("x", "P", "offset"), gradients=("dx", "dP"), cases=cases)
+float16.register(positional)
+
+__all__ = ["positional", "positional_backward", "positional_forward", "sinusoidal_table"]

@@ -36,6 +36,10 @@ do not line up with the keys (incremental decoding: queries at positions ``offse
 over S stored keys) read the same logits by a gather, ``gather(Q E_r^T, distance_index)``,
 whose adjoint is ``scatter_relative``.
 
+Each term's reference pair is what runs (float16 activations: its emulated float16
+form, ops/float16.py); ``shaw_logits`` declares the accessor ``idx`` (the (T, S)
+buckets), which the value term reads.
+
 Dimension key: ``B`` batch, ``H`` heads, ``T`` queries, ``S`` keys, ``L`` length (T = S),
 ``Dh`` d_k, ``Dv`` d_v, ``R = 2k+1`` Shaw buckets, ``k`` max_relative_position.
 Derivations: docs/derivations.md#relative-attention-shaw and
@@ -49,6 +53,9 @@ from typing import NamedTuple
 
 from scratchformer import device
 from scratchformer.backend import xp
+from scratchformer.dispatch import Op
+from scratchformer.ops import float16
+from scratchformer.ops.cases import Case, qkv, randn
 
 
 # -- index helpers -------------------------------------------------------------------------
@@ -262,6 +269,39 @@ def skew_logits_backward(dZ, cache: SkewLogitsCache):
     return dQ, dK, dE_r.reshape(k1, H, Dh).transpose(1, 0, 2)  # (H, k+1, Dh)
 
 
+# -- the parity cases and the registration ---------------------------------------------------
+def shaw_logits_cases(r, dt):
+    Q, K, _ = qkv(r, dt)
+    E_k = randn(r, (5, 4), dt)
+    return [Case("k 2, offset 0", (Q, K, E_k)), Case("k 2, offset 2", (Q, K, E_k, 2))]
+
+
+def shaw_values_cases(r, dt):
+    O, A, E_v = randn(r, (2, 3, 5, 6), dt), randn(r, (2, 3, 5, 7), dt), randn(r, (5, 6), dt)
+    return [Case("k 2, offset 2", (O, A, E_v, relative_index(5, 7, 2, 2)))]
+
+
+def skew_logits_cases(r, dt):
+    Q, K, _ = qkv(r, dt, T=6, S=6)
+    Qd, Kd, _ = qkv(r, dt, T=2, S=6)
+    E_r = randn(r, (3, 3, 4), dt)
+    return [Case("skew form, L 6, k 2", (Q, K, E_r)), Case("gather form", (Qd, Kd, E_r, 4))]
+
+
+shaw_logits = Op("shaw_logits", shaw_logits_forward, shaw_logits_backward,
+                 inputs=("Q", "K", "E_k", "offset"), gradients=("dQ", "dK", "dE_k"),
+                 accessors={"idx": lambda c: c.idx}, cases=shaw_logits_cases)
+float16.register(shaw_logits, products=True)
+# the gradient of O passes through unchanged (O + ...): the backward returns the others
+shaw_values = Op("shaw_values", shaw_values_forward, shaw_values_backward,
+                 inputs=("O", "A_drop", "E_v", "idx"), gradients=("dA_drop", "dE_v"),
+                 cases=shaw_values_cases)
+float16.register(shaw_values, products=True)
+skew_logits = Op("skew_logits", skew_logits_forward, skew_logits_backward,
+                 inputs=("Q", "K", "E_r", "offset"), gradients=("dQ", "dK", "dE_r"),
+                 cases=skew_logits_cases)
+float16.register(skew_logits, products=True)
+
 __all__ = [
     "ShawLogitsCache",
     "ShawValuesCache",
@@ -270,12 +310,15 @@ __all__ = [
     "gather_relative",
     "relative_index",
     "scatter_relative",
+    "shaw_logits",
     "shaw_logits_backward",
     "shaw_logits_forward",
+    "shaw_values",
     "shaw_values_backward",
     "shaw_values_forward",
     "skew_backward",
     "skew_forward",
+    "skew_logits",
     "skew_logits_backward",
     "skew_logits_forward",
     "skew_table",

@@ -1,5 +1,11 @@
 """Masked softmax and log-softmax over the last axis, numerically stable.
 
+The reference pairs first. By default the softmax's backward takes its row sums as
+``device.rowdot`` (below): no (..., K) product array. Log-softmax (decoding's
+log-probabilities) runs its reference. Inside attention the softmax usually runs fused
+into the attention core (ops/attention_fast.py); float16 activations take the emulated
+float16 forms (ops/float16.py).
+
 Dimension key: ``...`` any leading dims, ``K`` the softmax axis (keys, or vocabulary V).
 Derivation: docs/derivations.md#softmax and #log-softmax.
 """
@@ -8,7 +14,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from scratchformer import device
 from scratchformer.backend import xp
+from scratchformer.dispatch import Op
+from scratchformer.ops import float16
+from scratchformer.ops.cases import Case, mask, randn
 
 
 class SoftmaxCache(NamedTuple):
@@ -58,3 +68,32 @@ def log_softmax_forward(x):
 def log_softmax_backward(dout, cache: LogSoftmaxCache):
     """``dx = dout - P * sum(dout, -1)``."""
     return dout - cache.P * dout.sum(axis=-1, keepdims=True)
+
+
+# -- the softmax's backward with row dot products ------------------------------------------
+def softmax_rowdot_backward(dout, cache: SoftmaxCache):
+    """``dx = P * (dout - rowdot(dout, P))``."""
+    P = cache.P
+    return (dout - device.rowdot(dout, P)[..., None]) * P
+
+
+# -- the parity cases and the registration ---------------------------------------------------
+def softmax_cases(r, dt):
+    x = randn(r, (2, 3, 4, 7), dt)
+    return [Case("masked, an empty row", (x, mask(r, (2, 1, 4, 7)))), Case("no mask", (x,))]
+
+
+def log_softmax_cases(r, dt):
+    return [Case("(3, 7)", (randn(r, (3, 7), dt),))]
+
+
+softmax = Op("softmax", softmax_forward, softmax_backward, inputs=("x", "mask"),
+             gradients=("dx",), accessors={"P": lambda c: c.P}, cases=softmax_cases)
+softmax.register("rowdot", softmax_forward, softmax_rowdot_backward, default=True,
+                 accessors={"P": lambda c: c.P},
+                 note="the row sums of the backward without the (..., K) product")
+float16.register(softmax)
+
+log_softmax = Op("log_softmax", log_softmax_forward, log_softmax_backward, inputs=("x",),
+                 gradients=("dx",), cases=log_softmax_cases)
+float16.register(log_softmax)

@@ -1,6 +1,9 @@
 """Hyperbolic tangent, the classification head's activation.
 
 ``y = tanh(x)``; ``dy/dx = 1 - y^2``, so the cache keeps the output.
+The reference pair is what runs (float16 activations: its emulated float16 form,
+ops/float16.py).
+
 Derivation: docs/derivations.md#classification-head.
 """
 
@@ -9,6 +12,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from scratchformer.backend import xp
+from scratchformer.dispatch import Op
+from scratchformer.ops import float16
+from scratchformer.ops.cases import pointwise
 
 
 class TanhCache(NamedTuple):
@@ -26,4 +32,8 @@ def tanh_backward(dout, cache: TanhCache):
     return dout * (1.0 - cache.y * cache.y)
 
 
-__all__ = ["TanhCache", "tanh_backward", "tanh_forward"]
+tanh = Op("tanh", tanh_forward, tanh_backward, inputs=("x",), gradients=("dx",),
+          cases=pointwise)
+float16.register(tanh)
+
+__all__ = ["TanhCache", "tanh", "tanh_backward", "tanh_forward"]

@@ -15,18 +15,116 @@ the parameter before this step's Adam update (Loshchilov and Hutter, 2019), so i
 independent of the gradient scale.
 
 All of it runs over flat buffers (``nn/flat.py``): the parameters, the gradients and
-each moment are one array, so a step is one call of the kernel seam's ``adam_update``
-over four arrays, whatever the number of tensors (ops/adam.py is its reference; the
-seam chooses its fastest form: on the CPU, passes in cache-sized blocks). A tied matrix
-is one parameter and has one slice of the moments. In checkpoints the moments are
-stored per parameter name.
+each moment are one array, so a step is one update over four arrays, whatever the number
+of tensors. A tied matrix is one parameter and has one slice of the moments. In
+checkpoints the moments are stored per parameter name.
+
+The update, side by side:
+
+    adam_update     the reference: the formulas as written (m_hat, v_hat made)
+    blocked_update  what runs: both bias corrections folded into two scalars
+                    (``lr m_hat / (sqrt(v_hat) + eps) = (lr c2 / c1) m / (sqrt(v) + eps c2)``,
+                    ``c1 = 1 - beta1^t``, ``c2 = sqrt(1 - beta2^t)``) and the passes made
+                    block by block (``device.pass_block``: cache-sized on the CPU, every
+                    pass of a block reading what the previous one wrote while it is still
+                    there; the whole buffer on a GPU), one block-sized scratch array
+
+The reference runs where the references are forced (``dispatch.reference()``);
+``use_update`` puts another update in place (a learner's, in the exercises).
+
+``apply`` (mixed precision): a 0-d bool of the device; where it is false the step is
+skipped, ``theta``, ``m`` and ``v`` left exactly as they were (a step whose scaled
+gradients overflowed). ``t`` may then be a 0-d array of the device too: the optimizer
+counts the steps it took there, without reading the flag back.
+
+Dimension key: ``n`` the parameters' count (any shape, all four arrays alike).
+Derivation: docs/derivations.md#adam.
 """
 
 from __future__ import annotations
 
-from scratchformer import backend, kernels
+import contextlib
+import math
+
+from scratchformer import backend, device, dispatch
+from scratchformer.backend import xp
 from scratchformer.errors import ScratchformerError
 from scratchformer.nn.flat import FlatParameters
+
+
+def adam_update(theta, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9, weight_decay=0.0,
+                apply=None):
+    """One Adam step in place: theta, g, m, v arrays of one shape; t >= 1 the step."""
+    m_new = beta1 * m + (1 - beta1) * g
+    v_new = beta2 * v + (1 - beta2) * (g * g)
+    m_hat = m_new / (1 - beta1**t)
+    v_hat = v_new / (1 - beta2**t)
+    theta_new = theta - lr * m_hat / (xp.sqrt(v_hat) + eps)
+    if weight_decay:
+        theta_new -= lr * weight_decay * theta
+    if apply is not None:  # skipped: the old values stay
+        m_new, v_new = xp.where(apply, m_new, m), xp.where(apply, v_new, v)
+        theta_new = xp.where(apply, theta_new, theta)
+    m[...], v[...], theta[...] = m_new, v_new, theta_new
+
+
+def blocked_update(theta, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9, weight_decay=0.0,
+                   apply=None):
+    """``adam_update`` with the bias corrections folded in, block by block (see the module
+    doc). With ``apply`` (a 0-d bool of the device) the factors are chosen on the device:
+    a skipped step multiplies the moments by 1, adds 0 and takes a step of size 0, so that
+    nothing changes, bit for bit, and nothing is read back."""
+    c1 = 1.0 - beta1**t
+    c2 = math.sqrt(1.0 - beta2**t) if apply is None else xp.sqrt(1.0 - beta2**t)
+    step_size, eps2, decay = lr * c2 / c1, eps * c2, 1.0 - lr * weight_decay
+    b1, b2, a1, a2 = beta1, beta2, 1.0 - beta1, 1.0 - beta2
+    if apply is not None:
+        where = xp.where
+        b1, b2 = where(apply, b1, 1.0), where(apply, b2, 1.0)
+        a1, a2 = where(apply, a1, 0.0), where(apply, a2, 0.0)
+        step_size, decay = where(apply, step_size, 0.0), where(apply, decay, 1.0)
+        eps2 = where(apply, eps2, 1.0)  # skipped at t = 0: m / (sqrt(v) + eps2) stays finite
+    n = theta.size
+    block = device.pass_block(n)
+    tmp = xp.empty(min(block, n), dtype=theta.dtype)  # the one scratch array
+    for i in range(0, n, block):
+        j = min(i + block, n)
+        _block(theta[i:j], g[i:j], m[i:j], v[i:j], tmp[: j - i],
+               (b1, a1, b2, a2), step_size, eps2, decay)
+
+
+def _block(theta, g, m, v, tmp, betas, step_size, eps2, decay) -> None:
+    """m = b1 m + a1 g;  v = b2 v + a2 g^2 (a1 = 1 - b1, a2 = 1 - b2 unless skipped);
+    theta = decay * theta - step_size * m / (sqrt(v) + eps2), with ``tmp`` as scratch."""
+    b1, a1, b2, a2 = betas
+    m *= b1
+    xp.multiply(g, a1, out=tmp)
+    m += tmp
+    v *= b2
+    xp.multiply(g, g, out=tmp)
+    tmp *= a2
+    v += tmp
+    xp.sqrt(v, out=tmp)
+    tmp += eps2
+    xp.divide(m, tmp, out=tmp)
+    tmp *= step_size
+    if not isinstance(decay, float) or decay != 1.0:
+        theta *= decay  # decoupled: uses theta before the step
+    theta -= tmp
+
+
+#: the update every ``Adam.step`` runs (``use_update`` changes it for a while)
+_UPDATE = {"fn": blocked_update}
+
+
+@contextlib.contextmanager
+def use_update(update):
+    """Run ``update`` (``adam_update``'s signature) in every Adam step for the duration."""
+    old, _UPDATE["fn"] = _UPDATE["fn"], update
+    try:
+        yield update
+    finally:
+        _UPDATE["fn"] = old
 
 
 class OptimizerStateError(ScratchformerError):
@@ -72,11 +170,10 @@ class Adam:
         else:
             xp = backend.xp
             self.t = xp.asarray(self.t, dtype=xp.int64) + apply  # counts the steps taken
-        kernels.adam_update.update(
-            self.flat.params, self.flat.grads, self.m, self.v, self.t, lr,
-            self.beta1, self.beta2, self.eps, self.weight_decay,
-            *(() if apply is None else (apply,)),
-        )  # fmt: skip
+        update = adam_update if dispatch.reference_forced() else _UPDATE["fn"]
+        update(self.flat.params, self.flat.grads, self.m, self.v, self.t, lr,
+               self.beta1, self.beta2, self.eps, self.weight_decay,
+               *(() if apply is None else (apply,)))
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:

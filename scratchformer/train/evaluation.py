@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 
-from scratchformer import backend, distributed, kernels
+from scratchformer import backend, distributed
 from scratchformer.data.batching import collate
 from scratchformer.decode import beam_search, greedy_decode
+from scratchformer.ops.loss import cross_entropy
 
 
 def teacher_forced(model, batches, eps_ls: float, pad_id: int | None, predictions=False):
@@ -42,10 +43,10 @@ def teacher_forced(model, batches, eps_ls: float, pad_id: int | None, prediction
     for b in batches:
         logits, _ = model.forward(*(backend.asarray(a) for a in b.inputs))
         targets = backend.asarray(b.targets)
-        loss, lc = kernels.cross_entropy.forward(logits, targets, eps_ls, pad_id)
-        n = int(kernels.cross_entropy.n_tokens(lc))
+        loss, lc = cross_entropy.forward(logits, targets, eps_ls, pad_id)
+        n = int(cross_entropy.read(lc, "n_tokens"))
         loss_sum += float(loss) * n
-        nll_sum += float(kernels.cross_entropy.nll_sum(lc))
+        nll_sum += float(cross_entropy.read(lc, "nll_sum"))
         n_tok += n
         pred = backend.asnumpy(logits.argmax(axis=-1))
         gold = np.asarray(b.targets)

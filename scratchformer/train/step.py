@@ -10,9 +10,10 @@ import statistics
 import time
 from collections import deque
 
-from scratchformer import backend, kernels
+from scratchformer import backend
 from scratchformer.backend import xp
 from scratchformer.errors import ScratchformerError
+from scratchformer.ops.loss import cross_entropy
 
 
 def nonfinite_state(optimizer) -> str:
@@ -70,7 +71,7 @@ def accumulate_gradients(
         dloss = float(n) if scale is None else scale * float(n)  # of the summed loss
         model.loss_backward(cache, dloss=dloss)
         loss_sum = loss_sum + loss.astype(xp.float64) * n  # float64, as a host sum would be
-        nll_sum = nll_sum + kernels.cross_entropy.nll_sum(cache.loss).astype(xp.float64)
+        nll_sum = nll_sum + cross_entropy.read(cache.loss, "nll_sum").astype(xp.float64)
         n_total += n
         tokens += b.n_tokens
     if world is not None:

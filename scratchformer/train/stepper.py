@@ -21,7 +21,7 @@ The precision policy (``[train] precision``):
     float16   mixed precision: the parameters (master weights), their gradients and
               Adam in float32; the activations computed in float16 (``backend.autocast``:
               each op's float16 implementation, on NumPy emulated as tensor cores
-              compute, kernels/emulated.py); layer norm's statistics, the softmax's and
+              compute, ops/float16.py); layer norm's statistics, the softmax's and
               the loss's sums in float32; dynamic loss scaling (optim/scaler.py)
 
 Derivation: docs/derivations.md#mixed-precision-and-loss-scaling.

@@ -106,8 +106,8 @@ def test_decoding_runs_the_training_forwards_with_dropout_off(monkeypatch):
     network and every Add & Norm are the training forwards, called with no generator
     (dropout off), their backward caches dropped. Spies count the calls and check that
     no generator reaches them; the outputs are unchanged."""
-    from scratchformer import kernels
     from scratchformer.nn import AddNorm, Dropout, MultiHeadAttention, PositionwiseFeedForward
+    from scratchformer.ops.attention import attention_core
 
     calls = {}
 
@@ -128,7 +128,7 @@ def test_decoding_runs_the_training_forwards_with_dropout_off(monkeypatch):
         m = lively_model(V=11)
         src = random_src(11, [5, 3], seed=6)
         expected = beam_search(m, src, beam_size=3, max_len_b=5)
-        spy(kernels.attention_core, "forward", rng_at=4, label="attention_forward")
+        spy(attention_core, "forward", rng_at=4, label="attention_forward")
         spy(MultiHeadAttention, "attend", rng_at=5)
         spy(PositionwiseFeedForward, "forward", rng_at=2)
         spy(AddNorm, "enter")

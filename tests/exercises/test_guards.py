@@ -178,8 +178,8 @@ def test_no_shortcut_is_seen_in_the_files_start_and_solution_write(name):
 SHORTCUTS = [
     ("linear", "from scratchformer.ops.linear import linear_backward as _engine\n",
      "    return _engine(dout, cache)\n", "imports the engine's own linear_backward"),
-    ("linear", "from scratchformer import kernels\n",
-     "    return kernels.linear.backward(dout, cache)\n", "calls the engine's kernels.linear.backward"),  # noqa: E501
+    ("linear", "from scratchformer.ops.linear import linear\n",
+     "    return linear.backward(dout, cache)\n", "calls the engine's linear.backward"),
     ("ffn", "from scratchformer.nn.layers import PositionwiseFeedForward as F\nengine = F.backward\n",  # noqa: E501
      "    return engine(self, dout, cache)\n", "own PositionwiseFeedForward.backward"),  # noqa: E501
     ("relu", "", "    import torch\n    return dout\n", "imports torch, which differentiates"),
@@ -208,3 +208,20 @@ def test_a_shortcut_passes_nothing_and_is_named(
     assert main(["exercise", "check", name]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert says in out and "proves nothing" in out and "FAILED" in out, out
+
+
+def test_a_file_of_the_earlier_layout_is_told_how_to_call_the_ops_now(tmp_path, capsys):
+    """A layer file started before the ops' tables moved into ops/ imports
+    ``scratchformer.kernels``: its check says in its one line how the ops are called now."""
+    from scratchformer.cli import main
+
+    folder = tmp_path / "exercises"
+    assert main(["exercise", "start", "ffn", "--dir", str(folder)]) == 0
+    path = folder / "ffn.py"
+    path.write_text(path.read_text().replace("from scratchformer.ops.linear import linear",
+                                             "from scratchformer import kernels"))
+    capsys.readouterr()
+    assert main(["exercise", "check", "ffn", "--dir", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert "cannot import name 'kernels'" in out
+    assert "from scratchformer.ops.linear import linear" in out and "Traceback" not in out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from scratchformer import kernels
+from scratchformer import dispatch
 from scratchformer.cli import main
 from scratchformer.exercises import EXERCISES
 from scratchformer.exercises.op import LEARNER
@@ -62,7 +62,7 @@ def test_reference_solutions_train_like_the_engine(tmp_path, monkeypatch, capsys
     assert "held-out exact match" in out and "A run of 3 steps shows nothing either way" in out
 
     assert engine_methods() == before
-    assert all(LEARNER not in table.entries for table in kernels.TABLES.values())
+    assert all(LEARNER not in table.entries for table in dispatch.TABLES.values())
     written = {p.relative_to(tmp_path).parts[:3] for p in tmp_path.rglob("*") if p.is_file()}
     assert {w[:2] for w in written} == {("exercises",) + (w[1],) for w in written}
     assert {w[2] for w in written if len(w) > 2 and w[1] == "runs"} == {"yours", "engine"}
@@ -136,17 +136,20 @@ def test_a_learners_own_layernorm_and_attention_train_as_well_as_the_engine(
     assert "held-out exact match" in out and "final parameters:" in out
 
 
-def _train_with_one_wrong(tmp_path, monkeypatch, capsys, name, right, wrong):
+def _train_with_one_wrong(tmp_path, monkeypatch, capsys, name, right, wrong, also=None):
     """``exercise train`` (2 steps) on every solution, ``name``'s with ``right`` replaced
-    by ``wrong``: ``(exit status, output)``."""
+    by ``wrong`` (and ``also``: ``{name: (text, replacement)}`` more changes that keep a
+    pass right): ``(exit status, output)``."""
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "exercises"
     folder.mkdir()
+    changes = {name: (right, wrong), **(also or {})}
     for ex in EXERCISES.values():
         text = ex.solution_text()
-        if ex.name == name:
-            assert right in text
-            text = text.replace(right, wrong)
+        if ex.name in changes:
+            old, new = changes[ex.name]
+            assert old in text
+            text = text.replace(old, new)
         (folder / f"{ex.name}.py").write_text(text)
     code = main(["exercise", "train", "--steps", "2", "--no-progress", *SMALL])
     return code, capsys.readouterr().out
@@ -169,13 +172,16 @@ def test_one_wrong_pass_is_named_by_the_verdict_and_decides_the_status(
 def test_a_failing_pass_the_model_does_not_call_is_said_to_be_out_of_reach(
     tmp_path, monkeypatch, capsys
 ):
-    """Every solution, the learner's attention core among them (it computes its own
-    softmax backward), and a softmax with the Jacobian's diagonal only: the model's
-    gradients are right, so the status is 0, and the verdict says the failing softmax
-    does not reach them."""
+    """Every solution, the learner's attention core among them written to compute its
+    own softmax backward (the engine's calls the softmax's table), and a softmax with the
+    Jacobian's diagonal only: the model's gradients are right, so the status is 0, and
+    the verdict says the failing softmax does not reach them."""
+    own_softmax = ("dZ = (dA - (dA * cache.softmax.P).sum(axis=-1, keepdims=True)) "
+                   "* cache.softmax.P")
     code, out = _train_with_one_wrong(
         tmp_path, monkeypatch, capsys, "softmax",
         "return (dout - (dout * P).sum(axis=-1, keepdims=True)) * P", "return dout * P * (1 - P)",
-    )  # fmt: skip
+        also={"attention": ("dZ = softmax.backward(dA, cache.softmax)", own_softmax)},
+    )
     assert code == 0, out
     assert "though softmax fails its check: no error reaches the model's gradients here" in out

@@ -65,7 +65,7 @@ def commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict:
 #: the commands that write no file, and why
 WRITES_NOTHING = {
     "gradcheck": "prints a finite-difference report of a model it builds in memory",
-    "kernels": "prints the kernel seam's tables and their parity check",
+    "kernels": "prints the ops' tables and their parity check",
     "generate": "prints its samples on standard output",
     "exercise list": "prints where the learner stands, re-checked from the files (read only)",
     "exercise check": "grades the learner's files, read as text and compiled in memory",

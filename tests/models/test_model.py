@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from scratchformer import backend as B
-from scratchformer import device, kernels
+from scratchformer import device
 from scratchformer.models import PRESETS, Transformer, TransformerConfig
+from scratchformer.ops.loss import cross_entropy
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -200,8 +201,8 @@ def test_float32_model_stays_float32(norm):
     assert logits.dtype == np.float32
     loss, cache = m.loss_forward(src, tgt_in, tgt_out, rng=device.generator(0))
     assert loss.dtype == np.float32
-    _, c_loss = kernels.cross_entropy.forward(logits, tgt_out, 0.1, 0)  # not donated
-    assert kernels.cross_entropy.backward(1.0, c_loss).dtype == np.float32
+    _, c_loss = cross_entropy.forward(logits, tgt_out, 0.1, 0)  # not donated
+    assert cross_entropy.backward(1.0, c_loss).dtype == np.float32
     m.loss_backward(cache)
     bad = {k: g.dtype for k, g in m.gradients().items() if g.dtype != np.float32}
     assert not bad, f"gradients upcast: {bad}"

@@ -16,7 +16,7 @@ import pytest
 from arrays import randn
 
 from scratchformer import backend as B
-from scratchformer import kernels
+from scratchformer import dispatch
 from scratchformer.gradcheck import check_op
 from scratchformer.ops import (
     causal_mask,
@@ -45,7 +45,7 @@ TOL = 1e-6
 
 def implementations(name):
     """Every implementation of the op ``name`` in the kernel seam, the reference first."""
-    return [pytest.param(impl, id=impl.name) for impl in kernels.table(name).implementations()]
+    return [pytest.param(impl, id=impl.name) for impl in dispatch.table(name).implementations()]
 
 
 def runs_here(impl):

@@ -143,3 +143,74 @@ def test_the_step_is_the_same_in_blocks_of_any_size(backend, monkeypatch):
             _step(opt, g, lr)
         results.append(B.asnumpy(flat.params).copy())
     np.testing.assert_array_equal(results[0], results[1])
+
+
+# -- the reference update and the blocked form side by side ---------------------------------
+def _state(r, n, dtype):
+    """theta, g, m, v of ``n`` entries (v positive)."""
+    draws = (r.standard_normal(n), r.standard_normal(n), 0.1 * r.standard_normal(n),
+             np.abs(r.standard_normal(n)))
+    return tuple(B.asarray(a, dtype=dtype) for a in draws)
+
+
+def _cases():
+    from scratchformer import device
+
+    xp = B.xp
+    n_long = 3 * device.pass_block(1 << 20) + 7  # more than one block where blocks apply
+    return [
+        ("step 1", 37, (1, 1e-3)),
+        ("step 500, paper's betas", 37, (500, 7e-4, 0.9, 0.98, 1e-9)),
+        ("weight decay 0.01", 37, (3, 1e-3, 0.9, 0.999, 1e-8, 0.01)),
+        (f"{n_long} entries", n_long, (4, 1e-3)),
+        ("applied, t on the device", 37, (xp.asarray(7), 1e-3, 0.9, 0.98, 1e-9, 0.01,
+                                          xp.asarray(True))),
+        ("skipped", 37, (xp.asarray(7), 1e-3, 0.9, 0.98, 1e-9, 0.01, xp.asarray(False))),
+    ]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_blocked_update_equals_the_reference(dtype):
+    """``blocked_update`` (the bias corrections folded into two scalars, the passes in
+    blocks) writes what ``adam_update`` (the formulas as written) writes, within the
+    parity harness's limit, and a skipped step leaves every array bitwise as it was."""
+    from scratchformer.optim.adam import adam_update, blocked_update
+    from scratchformer.parity import TOLERANCE, relative_error
+
+    r = np.random.default_rng(0)
+    for label, n, args in _cases():
+        state = _state(r, n, dtype)
+        ref = [a.copy() for a in state]
+        got = [a.copy() for a in state]
+        adam_update(*ref, *args)
+        blocked_update(*got, *args)
+        for name, a, b in zip(("theta", "g", "m", "v"), got, ref):
+            limit = 0.0 if label == "skipped" or name == "g" else 4 * TOLERANCE[dtype]
+            assert relative_error(a, b) <= limit, (label, name)
+        if label == "skipped":
+            for a, b in zip(got, state):
+                np.testing.assert_array_equal(B.asnumpy(a), B.asnumpy(b))
+
+
+def test_another_update_put_in_place_and_the_forced_reference():
+    """``use_update`` runs another update in every step for its duration (the exercises
+    plug a learner's this way); forcing the references runs ``adam_update``."""
+    from scratchformer import dispatch
+    from scratchformer.optim import adam as adam_module
+
+    calls = []
+
+    def spy(*args):
+        calls.append(args[4])
+        adam_module.adam_update(*args)
+
+    _, flat = _params()
+    opt = Adam(flat)
+    with adam_module.use_update(spy):
+        _step(opt, GRADS[0], 0.1)
+    _step(opt, GRADS[1], 0.1)
+    assert calls == [1]
+    seen = []
+    with dispatch.reference(), adam_module.use_update(lambda *a: seen.append(a)):
+        _step(opt, GRADS[2], 0.1)
+    assert not seen and opt.t == 3

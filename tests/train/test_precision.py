@@ -11,7 +11,7 @@ import pytest
 from test_loop import quiet, small_config
 
 from scratchformer import backend as B
-from scratchformer import device, kernels
+from scratchformer import device, dispatch
 from scratchformer.checkpoint import load_checkpoint
 from scratchformer.models import Transformer, TransformerConfig
 from scratchformer.optim.scaler import LossScaler
@@ -48,8 +48,8 @@ def test_the_activations_are_float16_and_the_master_weights_float32():
     rec = st.step(1, [_batch()], [device.generator(1)])
     assert st.flat.params.dtype == np.float32 and st.flat.grads.dtype == np.float32
     assert rec["loss"].dtype == np.float64 and not bool(rec["skipped"])
-    chosen = {t.name: t.chosen("float16").name for t in kernels.TABLES.values()}
-    assert chosen["linear"] == chosen["attention_core"] == "emulated"
+    chosen = {t.name: t.chosen("float16").name for t in dispatch.TABLES.values()}
+    assert chosen["linear"] == chosen["attention_core"] == "float16"
 
 
 def test_a_planted_overflow_is_skipped_halves_the_scale_and_good_steps_grow_it():

@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 
 from scratchformer import backend as B
-from scratchformer import kernels
 from scratchformer.gradcheck import check_op
 from scratchformer.nn.attention import MultiHeadAttention
 from scratchformer.nn.local_attention import LocalMultiHeadAttention
-from scratchformer.ops.attention import causal_mask
+from scratchformer.ops.attention import attention_core, causal_mask
 from scratchformer.ops.local_attention import band_mask
 
 pytestmark = pytest.mark.usefixtures("backend")
@@ -138,5 +137,5 @@ def test_scores_hold_L_times_2M_entries_not_L_squared(f64):
     L, M = 64, 8
     Q = rand(r, 1, 1, L, Dh)
     _, cache = local(M)[0](Q, Q, Q, None)
-    assert kernels.attention_core.weights(cache.attend.core).size == L * 2 * M
-    assert kernels.attention_core.dropped_weights(cache.attend.core).size == L * 2 * M
+    assert attention_core.read(cache.attend.core, "weights").size == L * 2 * M
+    assert attention_core.read(cache.attend.core, "dropped_weights").size == L * 2 * M

@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 
 from scratchformer import backend as B
-from scratchformer import kernels
 from scratchformer.gradcheck import check_op
 from scratchformer.nn import RelativeMultiHeadAttention, SkewMultiHeadAttention
-from scratchformer.ops.attention import attention_forward, causal_mask
+from scratchformer.ops.attention import attention_core, attention_forward, causal_mask
 from scratchformer.ops.relative_attention import (
     gather_relative,
     relative_index,
@@ -301,7 +300,7 @@ def test_shaw_distances_beyond_k_use_the_edge_embeddings(f64):
     Q, K, V = rand(r, 1, 1, T, Dh), B.asarray(np.zeros((1, 1, S, Dh))), rand(r, 1, 1, S, Dv)
     E_k, E_v = rand(r, 2 * k + 1, Dh), rand(r, 2 * k + 1, Dv)
     _, (_, cache) = shaw(Q, K, V, E_k, E_v)
-    A = B.asnumpy(kernels.attention_core.weights(cache.core))[0, 0]
+    A = B.asnumpy(attention_core.read(cache.core, "weights"))[0, 0]
     for i in range(T):
         right = [j for j in range(S) if j - i >= k]
         left = [j for j in range(S) if i - j >= k]

@@ -1,12 +1,13 @@
-"""The kernel seam's CUDA side: the ``.cu`` files beside the op modules, compiled at run
-time by CuPy (NVRTC, ``RawModule``) and launched; checked without a GPU by
-``nvrtc_compile``, which CI runs for sm_80 and sm_90.
+"""The ops' CUDA side: the ``.cu`` files beside the op files (ops/), compiled at run time
+by CuPy (NVRTC, ``RawModule``) and launched; checked without a GPU by ``nvrtc_compile``,
+which CI runs for sm_80 and sm_90.
 
-The sources ship in the package (``scratchformer/kernels/*.cu`` and the ``.cuh`` headers
-they include) and are read with ``importlib.resources``, so an installed wheel finds
-them as an editable checkout does. A kernel written without a GPU is registered in its
-op's table with ``proven=False``: never chosen by default until a GPU run has shown it
-equal to its reference (``scratchformer kernels --check`` on the GPU).
+The sources ship in the package (``ops/*.cu``, and the ``.cuh`` headers they include,
+beside the primitive they mirror: ``device/counter.cuh``) and are read with
+``importlib.resources``, so an installed wheel finds them as an editable checkout does.
+A kernel written without a GPU is registered in its op's table with ``proven=False``:
+never chosen by default until a GPU run has shown it equal to its reference
+(``scratchformer kernels --check`` on the GPU).
 """
 
 from __future__ import annotations
@@ -22,21 +23,32 @@ THREADS = 256
 _STD = "-std=c++14"
 
 
+#: the package folders of the kernel sources (``.cu``) and of their headers (``.cuh``)
+KERNELS, HEADERS = "scratchformer.ops", ("scratchformer.device", "scratchformer.ops")
+
+
 def sources() -> list[str]:
     """The names of the package's kernel sources (``dropout`` for ``dropout.cu``)."""
-    folder = resources.files("scratchformer.kernels")
+    folder = resources.files(KERNELS)
     return sorted(p.name[:-3] for p in folder.iterdir() if p.name.endswith(".cu"))
+
+
+def _header(name: str) -> str:
+    for package in HEADERS:
+        path = resources.files(package) / name
+        if path.is_file():
+            return path.read_text()
+    raise FileNotFoundError(f"no CUDA header {name} in {', '.join(HEADERS)}")
 
 
 def source(name: str) -> str:
     """The text of ``<name>.cu``, its ``#include "x.cuh"`` lines replaced by the
     headers' text (NVRTC then needs no include path, wherever the package lies)."""
-    folder = resources.files("scratchformer.kernels")
     lines = []
-    for line in (folder / f"{name}.cu").read_text().splitlines():
+    for line in (resources.files(KERNELS) / f"{name}.cu").read_text().splitlines():
         if line.startswith('#include "') and line.rstrip().endswith('.cuh"'):
             header = line.split('"')[1]
-            lines += [f"// {header}", (folder / header).read_text()]
+            lines += [f"// {header}", _header(header)]
         else:
             lines.append(line)
     return "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
-"""Makers of the inputs an op's implementations are checked on: each op module of the
-seam writes its own cases (``cases(r, dtype) -> [Case]``) with these, chosen where
+"""Makers of the inputs an op's implementations are checked on: each op's file writes
+its own cases (``cases(r, dtype) -> [Case]``) with these, chosen where
 implementations go wrong (odd sizes, T != S != Dh, more than one head, a query row with
 nothing to see, padding, a repeated id, dropout on). A ``Seed(n)`` in a case stands for
 a fresh dropout generator seeded with ``n`` (each run of the case gets its own, so two

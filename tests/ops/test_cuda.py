@@ -1,5 +1,5 @@
-"""The GPU kernels, checked on a machine without a GPU: each ``.cu`` file of the kernel
-seam compiles with NVRTC for sm_80 and sm_90 (a compile error fails, never skips, under
+"""The GPU kernels, checked on a machine without a GPU: each ``.cu`` file of the ops
+compiles with NVRTC for sm_80 and sm_90 (a compile error fails, never skips, under
 CI=true), a planted syntax error is caught with NVRTC's log, and the dropout kernel's
 exact integer steps, run with NumPy, draw the masks of the counter-based generator (its
 mirror) bit for bit. ptxas, where present, reports registers and spills (`pytest -s`, never
@@ -22,7 +22,7 @@ def cupy_kernels():
     try:
         from cupy.cuda import nvrtc
 
-        from scratchformer.kernels import cupy_kernels as module
+        from scratchformer.device import cupy_kernels as module
 
         nvrtc.getVersion()
     except Exception as e:  # ImportError, or NVRTC's library missing
@@ -132,9 +132,9 @@ def test_an_installed_wheel_carries_the_kernel_sources(tmp_path):
                     str(target), str(wheel)], check=True, timeout=300)  # fmt: skip
     code = (
         "from importlib import resources; import scratchformer, sys; "
-        "f = resources.files('scratchformer.kernels'); "
+        "f = [resources.files('scratchformer.' + d) for d in ('ops', 'device')]; "
         "print(scratchformer.__file__); "
-        "print(sorted(p.name for p in f.iterdir() if p.name.endswith(('.cu', '.cuh'))))"
+        "print(sorted(p.name for d in f for p in d.iterdir() if p.name.endswith(('.cu', '.cuh'))))"
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,

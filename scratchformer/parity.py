@@ -1,14 +1,13 @@
 """The parity harness: every registered implementation against its table's reference, on
-fresh random inputs (each op module's ``cases``), per dtype it takes.
+fresh random inputs (the ``cases`` of each op's file), per dtype it takes.
 
 For each case both sides run on their own copies of the inputs, with the same dropout
 draws, through the table's own call (so the donation rules hold: an implementation that
 works in an input is given it as donated), under the debug switch that fills donated
 inputs with NaN. Their outputs are compared, then both backward passes run on the same
-random ``dout`` and each gradient is compared (an update: each array it writes). Every
-input an implementation was not given to keep (not donated, not written by an update's
-contract) must be unchanged afterwards, ``dout`` included. One error metric serves the
-whole project, per tensor:
+random ``dout`` and each gradient is compared. Every input an implementation was not
+given to keep (not donated) must be unchanged afterwards, ``dout`` included. One error
+metric serves the whole project, per tensor:
 
     relative_error(a, b) = max|a - b| / max|b|       (max|a - b| when b is all zeros)
 
@@ -30,8 +29,8 @@ from dataclasses import dataclass
 
 from scratchformer import backend, device
 from scratchformer.backend import np
-from scratchformer.kernels.cases import Seed
-from scratchformer.kernels.table import OpTable, poison_donated, reference
+from scratchformer.dispatch import Op, poison_donated, reference
+from scratchformer.ops.cases import Seed
 
 #: the least relative error an inexact implementation is allowed, per dtype (the limit is
 #: twice the reference's own error against float64 where that is more)
@@ -59,7 +58,7 @@ class Row:
     implementation: str
     dtype: str
     case: str
-    tensor: str  # "out", a gradient's name ("dQ", ...), "theta" or "x unchanged"
+    tensor: str  # "out", a gradient's name ("dQ", ...) or "x unchanged"
     error: float
     limit: float  # the error allowed (0: bitwise)
 
@@ -79,11 +78,11 @@ def _as_tuple(grads):
     return grads if isinstance(grads, tuple) else (grads,)
 
 
-def _kept(table: OpTable, args, kwargs, before, before_kw, donate: bool) -> list:
+def _kept(table: Op, args, kwargs, before, before_kw, donate: bool) -> list:
     """``(name, after, before)`` of every input array the implementation must not
-    have written: not donated to it, not written by an update's contract."""
-    names = table.schema.inputs
-    given = set(table.schema.writes) | (set(table.schema.donatable) if donate else set())
+    have written (not donated to it)."""
+    names = table.inputs
+    given = set(table.donatable) if donate else set()
     found = []
     for i, (a, b) in enumerate(zip(args, before)):
         name = names[i] if i < len(names) else f"arg{i}"
@@ -95,19 +94,15 @@ def _kept(table: OpTable, args, kwargs, before, before_kw, donate: bool) -> list
     return found
 
 
-def _run(table: OpTable, impl, case, dout):
+def _run(table: Op, impl, case, dout):
     """One side: forward (and backward on ``dout``) through the table's own calls.
     Returns (output, gradients, inputs that must be unchanged)."""
     args = tuple(_fresh(a) for a in case.args)
     kwargs = {k: _fresh(v) for k, v in case.kwargs.items()}
     before = [copy.deepcopy(a) if backend.is_array(a) else a for a in args]
     before_kw = {k: copy.deepcopy(v) for k, v in kwargs.items() if backend.is_array(v)}
-    donate = bool(impl.forward_donates)
-    if table.schema.is_update:
-        impl.forward(*args, **kwargs)
-        written = {n: a for n, a in zip(table.schema.inputs, args) if n in table.schema.writes}
-        return written, (), _kept(table, args, kwargs, before, before_kw, False)
-    out, cache = table.run_forward(impl, args, kwargs, donate)
+    donate = any(d != "dout" for d in impl.donates)
+    out, cache = table.forward_with(impl, args, kwargs, donate)
     kept = _kept(table, args, kwargs, before, before_kw, donate)
     if dout is None:
         return out, None, kept
@@ -121,7 +116,7 @@ def _run(table: OpTable, impl, case, dout):
 def _kept_rows(kept, make_row) -> list:
     return [make_row(name, 0.0 if np.array_equal(backend.asnumpy(a), backend.asnumpy(b))
                      else float("inf"))
-            for name, a, b in kept]  # fmt: skip
+            for name, a, b in kept]
 
 
 def _random(case) -> bool:
@@ -136,34 +131,30 @@ def _as64(value):
 
 
 def _tensors(table, case, dout) -> dict:
-    """``{tensor name: array}`` of the reference on the case (dout None: an update)."""
-    if table.schema.is_update:
-        return _run(table, table.reference, case, None)[0]
+    """``{tensor name: array}`` of the reference on the case."""
     out, grads, _ = _run(table, table.reference, case, dout)
     found = {"out": out}
-    found.update({n: g for n, g in zip(table.schema.gradients, grads) if g is not None})
+    found.update({n: g for n, g in zip(table.gradients, grads) if g is not None})
     return found
 
 
-def baseline(table: OpTable, case, dout) -> dict:
+def baseline(table: Op, case, dout) -> dict:
     """``{tensor: error}`` of the reference in the case's dtype against its float64 run on
     the same inputs: what rounding alone does to the op."""
     low = _tensors(table, case, dout)
     args = tuple(map(_as64, case.args))
     case64 = type(case)(case.label, args, {k: _as64(v) for k, v in case.kwargs.items()})
-    high = _tensors(table, case64, None if dout is None else _as64(dout))
+    high = _tensors(table, case64, _as64(dout))
     return {k: relative_error(low[k], high[k]) for k in low if k in high}
 
 
-def _dout(table: OpTable, case, dtype: str, r):
-    """A random incoming gradient the shape of the reference's output (None: an update)."""
-    if table.schema.is_update:
-        return None
+def _dout(table: Op, case, dtype: str, r):
+    """A random incoming gradient the shape of the reference's output."""
     out, _, _ = _run(table, table.reference, case, None)
     return backend.asarray(r.standard_normal(np.shape(backend.asnumpy(out))), dtype=dtype)
 
 
-def _baselines(table: OpTable, cases: list, dtype: str) -> dict:
+def _baselines(table: Op, cases: list, dtype: str) -> dict:
     """``{case label: {tensor: error}}`` for the cases without dropout; the others get
     the largest of those per tensor."""
     if dtype == "float64":
@@ -176,7 +167,7 @@ def _baselines(table: OpTable, cases: list, dtype: str) -> dict:
     return {c.label: base.get(c.label, largest) for c, _ in cases}
 
 
-def check_implementation(table: OpTable, name: str, dtype: str, seed: int = 0) -> list[Row]:
+def check_implementation(table: Op, name: str, dtype: str, seed: int = 0) -> list[Row]:
     """Rows for every case of ``table``'s implementation ``name`` against the reference."""
     impl = table.get(name)
     r = np.random.default_rng(seed)
@@ -198,14 +189,9 @@ def check_implementation(table: OpTable, name: str, dtype: str, seed: int = 0) -
 
 
 def _check_case(table, impl, case, dout, row) -> list[Row]:
-    if table.schema.is_update:
-        want, _, _ = _run(table, table.reference, case, None)
-        got, _, kept = _run(table, impl, case, None)
-        rows = [row(k, relative_error(got[k], want[k])) for k in want]
-        return rows + _kept_rows(kept, lambda n, e: row(n, e, 0.0))
     out_ref, grads_ref, _ = _run(table, table.reference, case, dout)
     out, grads, kept = _run(table, impl, case, dout)
-    names = table.schema.gradients
+    names = table.gradients
     found = [("out", out, out_ref)]
     for i, (got, want) in enumerate(zip(grads, grads_ref)):
         if want is not None:
@@ -215,7 +201,7 @@ def _check_case(table, impl, case, dout, row) -> list[Row]:
     if impl.backward_into is not None:  # adding into a buffer: zeros + it = backward
         args = tuple(_fresh(a) for a in case.args)
         kwargs = {k: _fresh(v) for k, v in case.kwargs.items()}
-        _, cache = table.run_forward(impl, args, kwargs, False)
+        _, cache = table.forward_with(impl, args, kwargs, False)
         into = backend.xp.zeros_like(grads_ref[0])
         table.backward_into(into, copy.deepcopy(dout), cache)
         found.append((f"{names[0] if names else 'd0'} (into)", into, grads_ref[0]))
