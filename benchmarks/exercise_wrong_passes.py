@@ -18,9 +18,9 @@ wrong entries, or a line of the learner's file), or says "not a mistake we know"
 ``--set fresh`` grades exercise_wrong_passes_fresh.py's passes instead, each of which
 declares its mistake (kind, term, factor, keywords). Per pass: "passed"; "named" when the
 report, its title line and the names of its inputs left out, holds one of the pass's
-keywords, or when a diagnosis of its own (above) gives the pass's factor; "pointed" when
-it points at the wrong entries, a line or a shape without naming the mistake; "unnamed"
-otherwise.
+keywords, or when a diagnosis of its own (above) gives the pass's factor (or a sign, for
+a sign-flipped term); "pointed" when it points at the wrong entries, a line or a shape
+without naming the mistake; "unnamed" otherwise.
 
 A benchmark, not a test: nothing here asserts.
 """
@@ -1197,10 +1197,15 @@ def _fresh_row(row: dict, p: dict, text: str) -> dict:
     flat = " ".join(body.lower().split())
     found = _keyword_found(p["keywords"], flat) if row["rejected"] else []
     by_harness = False
-    if row["rejected"] and row["named"] and p["factor"]:
-        factor = p["factor"].lower().replace(" ", "")
+    if row["rejected"] and row["named"]:
+        # the harness's own classes: a diagnosis that gives the pass's factor, or a sign
+        # for a pass whose mistake is a sign
+        mark = p["factor"] or ("sign" if p["kind"] == "sign-flipped term" else None)
+        mark = mark and mark.lower().replace(" ", "")
         diagnoses = [x.strip().lower().replace(" ", "") for x in lines]
-        by_harness = any(x.startswith(("recognised", "found:")) and factor in x for x in diagnoses)
+        by_harness = bool(mark) and any(
+            x.startswith(("recognised", "found:")) and mark in x for x in diagnoses
+        )
     if not row["rejected"]:
         verdict = "passed"
     elif found or by_harness:
@@ -1210,7 +1215,7 @@ def _fresh_row(row: dict, p: dict, text: str) -> dict:
     else:
         verdict = "unnamed"
     return {**row, "kind": p["kind"], "term": p["term"], "factor": p["factor"],
-            "keywords_found": found, "named_by_factor": by_harness, "verdict": verdict,
+            "keywords_found": found, "named_by_diagnosis": by_harness, "verdict": verdict,
             "report": text}  # fmt: skip
 
 
@@ -1291,7 +1296,7 @@ def fresh_table(paths: list) -> None:
         r = rows[-1]
         cells = []
         for x in rows:
-            why = ", ".join(x["keywords_found"]) or ("factor" if x["named_by_factor"] else "")
+            why = ", ".join(x["keywords_found"]) or ("diagnosis" if x["named_by_diagnosis"] else "")
             cells.append(x["verdict"] + (f" ({why})" if why else ""))
         print(f"| {i} | {r['exercise']} | {r['pass']} | {r['kind']} | {r['term']} | "
               f"{r['factor'] or ''} | " + " | ".join(cells) + f" | {r['says'].replace('|', '/')} |")  # fmt: skip
