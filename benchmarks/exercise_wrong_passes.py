@@ -3,6 +3,8 @@ this measurement (none is a catalogued mistake's code): rejected, named, pointed
 
     PYTHONPATH=<tree> python benchmarks/exercise_wrong_passes.py run > rows.json
     python benchmarks/exercise_wrong_passes.py table before.json after.json
+    PYTHONPATH=<tree> python benchmarks/exercise_wrong_passes.py run --set fresh > fresh.json
+    python benchmarks/exercise_wrong_passes.py table --set fresh fresh.json [after.json]
 
 ``run`` writes each wrong pass into a learner's file of a temporary folder (the file
 ``exercise start`` writes, with the pass in place of the body to fill in) and grades it
@@ -13,6 +15,13 @@ a one-line reason: an input changed, a shortcut, a drawn shape), points at it (t
 wrong entries, or a line of the learner's file), or says "not a mistake we know".
 ``table`` prints the counts of two runs side by side, and a row per pass.
 
+``--set fresh`` grades exercise_wrong_passes_fresh.py's passes instead, each of which
+declares its mistake (kind, term, factor, keywords). Per pass: "passed"; "named" when the
+report, its title line and the names of its inputs left out, holds one of the pass's
+keywords, or when a diagnosis of its own (above) gives the pass's factor (or a sign, for
+a sign-flipped term); "pointed" when it points at the wrong entries, a line or a shape
+without naming the mistake; "unnamed" otherwise.
+
 A benchmark, not a test: nothing here asserts.
 """
 
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import sys
 import tempfile
 import textwrap
@@ -1120,7 +1130,7 @@ def file_for(ex, code: dict) -> str:
     return text
 
 
-def run() -> None:
+def run(fresh: bool = False) -> None:
     from scratchformer.exercises import EXERCISES, files
     from scratchformer.exercises.grade import grade, report
 
@@ -1130,14 +1140,16 @@ def run() -> None:
         isolate = None
     seeded = "seed" in inspect.signature(grade).parameters
     rows = []
+    passes = _fresh_set() if fresh else [None] * len(WRONG)
+    wrong = [(p["exercise"], p["label"], p["kind"], p["code"]) for p in passes] if fresh else WRONG
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (name, label, generic, code) in enumerate(WRONG):
+        for i, (name, label, generic, code) in enumerate(wrong):
             ex = EXERCISES[name]
             path = Path(tmp) / f"w{i}" / f"{name}.py"
             path.parent.mkdir()
             path.write_text(file_for(ex, code))
             if isolate is not None:
-                g = isolate.graded(ex, path, 12345, 5.0)
+                g = isolate.graded(ex, path, 12345, 20.0 if fresh else 5.0)
             elif name == "gelu" and "while True" in code.get("gelu_backward", ""):
                 rows.append(_row(name, label, generic, "hangs (no time limit: not run)", ""))
                 continue
@@ -1150,8 +1162,61 @@ def run() -> None:
                 except Exception as e:  # noqa: BLE001 - what the old code let through
                     rows.append(_row(name, label, generic, f"error: {e}", ""))
                     continue
-            rows.append(_row(name, label, generic, g.status, "\n".join(report(g))))
+            text = "\n".join(report(g))
+            row = _row(name, label, generic, g.status, text)
+            rows.append(row if passes[i] is None else _fresh_row(row, passes[i], text))
     json.dump(rows, sys.stdout, indent=1)
+
+
+def _fresh_set() -> list:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from exercise_wrong_passes_fresh import FRESH  # noqa: PLC0415
+
+    return FRESH
+
+
+def _keyword_found(keywords, text: str) -> list:
+    """The keywords that occur in ``text`` (lowercase, whitespace folded), each starting
+    and ending at a word boundary; a keyword ending in "*" is a prefix."""
+    found = []
+    for kw in keywords:
+        k = kw.lower()
+        prefix = k.endswith("*")
+        k = k.rstrip("*")
+        left = "(?<![a-z0-9])" if k[0].isalnum() else ""
+        right = "" if prefix or not k[-1].isalnum() else "(?![a-z0-9])"
+        if re.search(left + re.escape(k) + right, text):
+            found.append(kw)
+    return found
+
+
+def _fresh_row(row: dict, p: dict, text: str) -> dict:
+    """``row`` with the pass's declared mistake and whether the report names it."""
+    lines = text.splitlines()[1:]  # the title line names the exercise, not a mistake
+    body = re.sub(r"\(input: .*?\):", ":", "\n".join(lines))  # nor do the inputs' names
+    flat = " ".join(body.lower().split())
+    found = _keyword_found(p["keywords"], flat) if row["rejected"] else []
+    by_harness = False
+    if row["rejected"] and row["named"]:
+        # the harness's own classes: a diagnosis that gives the pass's factor, or a sign
+        # for a pass whose mistake is a sign
+        mark = p["factor"] or ("sign" if p["kind"] == "sign-flipped term" else None)
+        mark = mark and mark.lower().replace(" ", "")
+        diagnoses = [x.strip().lower().replace(" ", "") for x in lines]
+        by_harness = bool(mark) and any(
+            x.startswith(("recognised", "found:")) and mark in x for x in diagnoses
+        )
+    if not row["rejected"]:
+        verdict = "passed"
+    elif found or by_harness:
+        verdict = "named"
+    elif row["pointed"]:
+        verdict = "pointed"
+    else:
+        verdict = "unnamed"
+    return {**row, "kind": p["kind"], "term": p["term"], "factor": p["factor"],
+            "keywords_found": found, "named_by_diagnosis": by_harness, "verdict": verdict,
+            "report": text}  # fmt: skip
 
 
 def _row(name, label, generic, status, text) -> dict:
@@ -1197,6 +1262,46 @@ def _says(text: str) -> str:
     return (lines[1] if len(lines) > 1 else (lines[0] if lines else ""))[:110]
 
 
+def fresh_table(paths: list) -> None:
+    """Counts per verdict of one run of the fresh set (or two, side by side): overall,
+    per exercise, per kind, and a row per pass."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    verdicts = ("rejected", "named", "pointed", "unnamed", "passed")
+
+    def counts(rows):
+        c = {v: sum(r["verdict"] == v for r in rows) for v in verdicts}
+        c["rejected"] = sum(r["rejected"] for r in rows)
+        return " ".join(f"{c[v]:>3}" for v in verdicts)
+
+    head = " ".join(f"{v[:3]:>3}" for v in verdicts)
+    print(f"passes: {len(runs[0])}; run(s): {' / '.join(Path(p).stem for p in paths)}")
+    print(
+        "columns per run: rejected (rej), named (nam), pointed (poi), unnamed (unn), passed (pas)\n"
+    )
+    for key, title in (("exercise", "per exercise"), ("kind", "per kind")):
+        groups = list(dict.fromkeys(r[key] for r in runs[0]))
+        print(f"{title:<22} {'n':>3}  " + "   ".join(head for _ in runs))
+        print(f"{'all':<22} {len(runs[0]):>3}  " + "   ".join(counts(rows) for rows in runs))
+        for g in groups:
+            sel = [[r for r in rows if r[key] == g] for rows in runs]
+            print(f"{g:<22} {len(sel[0]):>3}  " + "   ".join(counts(rows) for rows in sel))
+        print()
+    print(
+        "| # | exercise | wrong pass | kind | term | factor | "
+        + " | ".join(f"{Path(p).stem}: verdict (keyword)" for p in paths)
+        + " | what check says |"
+    )
+    print("|---|---|---|---|---|---|" + "---|" * len(paths) + "---|")
+    for i, rows in enumerate(zip(*runs), start=1):
+        r = rows[-1]
+        cells = []
+        for x in rows:
+            why = ", ".join(x["keywords_found"]) or ("diagnosis" if x["named_by_diagnosis"] else "")
+            cells.append(x["verdict"] + (f" ({why})" if why else ""))
+        print(f"| {i} | {r['exercise']} | {r['pass']} | {r['kind']} | {r['term']} | "
+              f"{r['factor'] or ''} | " + " | ".join(cells) + f" | {r['says'].replace('|', '/')} |")  # fmt: skip
+
+
 def table(before_path: str, after_path: str) -> None:
     before, after = (json.loads(Path(p).read_text()) for p in (before_path, after_path))
     print("| | before | after |\n|---|---|---|")
@@ -1220,8 +1325,11 @@ def table(before_path: str, after_path: str) -> None:
 
 
 if __name__ == "__main__":
+    fresh = sys.argv[2:4] == ["--set", "fresh"]
     if sys.argv[1:2] == ["run"]:
-        run()
+        run(fresh)
+    elif sys.argv[1:2] == ["table"] and fresh:
+        fresh_table(sys.argv[4:6])
     elif sys.argv[1:2] == ["table"]:
         table(sys.argv[2], sys.argv[3])
     else:
