@@ -52,9 +52,9 @@ def ours(model, batches, beams: int, writes) -> list:
     for rows in batches:
         src = padded(rows, model.config.pad_id)
         if beams == 1:
-            out += greedy_decode(model, src, 1.0, 50, 1, writes)
+            out += greedy_decode(model, src, writes=writes, min_len=1)
         else:
-            found = beam_search(model, src, beams, 0.0, 1.0, 50, 1, 1, 0, writes)
+            found = beam_search(model, src, writes=writes, beam_size=beams, alpha=0.0, min_len=1)
             out += [h[0].tokens for h in found]
     return out
 

@@ -18,7 +18,7 @@ every source sentence of the TSV (``--limit`` for fewer):
    log P); ``early_stopping=True`` in ``generate``;
 5. **text**: ``transformers``' translation pipeline with ``num_beams=1`` (4.x, whose
    pipeline asks for 4 beams unless told; 5.x removed the pipeline: there the tokenizer,
-   ``generate`` and ``batch_decode``) against our ``translate(greedy=True)``, from the
+   ``generate`` and ``batch_decode``) against our ``translate(search="greedy")``, from the
    text to the text; sentences of one source length go together, each group with our
    length limit as ``max_new_tokens``.
 
@@ -174,7 +174,7 @@ def compare(args) -> dict:
     ours, theirs, t0 = [], [], time.perf_counter()
     for lo in range(0, len(ids), args.batch):
         rows = ids[lo : lo + args.batch]
-        ours += greedy_decode(model, padded(rows, cfg.pad_id), 1.0, 50, 1, writes)
+        ours += greedy_decode(model, padded(rows, cfg.pad_id), writes=writes, min_len=1)
         theirs += their_generate(hf, rows, limits[lo : lo + args.batch], cfg)
     report["greedy_seconds_both"] = round(time.perf_counter() - t0, 1)
     parted = [i for i in range(len(ids)) if ours[i] != theirs[i]]
@@ -195,7 +195,7 @@ def compare(args) -> dict:
     ours_b, theirs_b = [], []
     for lo in range(0, n, args.batch):
         rows = ids[lo : min(lo + args.batch, n)]
-        found = beam_search(model, padded(rows, cfg.pad_id), 4, 0.0, 1.0, 50, 1, 1, 0, writes)
+        found = beam_search(model, padded(rows, cfg.pad_id), writes=writes, alpha=0.0, min_len=1)
         ours_b += [h[0].tokens for h in found]
         theirs_b += their_generate(
             hf,
@@ -209,7 +209,7 @@ def compare(args) -> dict:
     report["beam4_alpha0_sentences"] = n
     report["beam4_alpha0_identical"] = sum(a == b for a, b in zip(ours_b, theirs_b))
 
-    text_ours = translate(model, tok, sources, greedy=True, batch_size=args.batch)
+    text_ours = translate(model, tok, sources, search="greedy", batch_size=args.batch)
     text_theirs, report["text_by"] = their_text(hf, their_tok, sources, limits, args.batch)
     report["text_identical"] = sum(a == b for a, b in zip(text_ours, text_theirs))
     report["text_parted"] = [

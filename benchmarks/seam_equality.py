@@ -134,8 +134,7 @@ def fingerprints() -> dict:
                 out[f"{key}/grads"] = grads
                 out[f"{key}/params-after-2-steps"] = params
                 with backend.autocast(compute):
-                    greedy = decode.greedy_decode(model, src, max_len_b=5)
-                    beams = decode.beam_search(model, src, beam_size=3, max_len_b=5, nbest=2)
+                    greedy, beams = _decode(decode, model, src)
                 out[f"{key}/greedy"] = _ragged([t for t in greedy])
                 out[f"{key}/beam"] = _ragged([h.tokens for hs in beams for h in hs])
                 out[f"{key}/beam-scores"] = np.array([h.score for hs in beams for h in hs])
@@ -170,6 +169,17 @@ def fingerprints() -> dict:
             with backend.autocast(compute):
                 out[f"{key}/predict"] = backend.asnumpy(model.predict(ids)).astype(np.int64)
     return out
+
+
+def _decode(decode, model, src):
+    """Greedy, and beam 3 with its 2 best, up to 5 tokens past the source: through the
+    options object where the tree has one, else its keywords."""
+    if hasattr(decode, "DecodeOptions"):
+        O = decode.DecodeOptions
+        greedy = decode.greedy_decode(model, src, O(search="greedy", max_len_b=5))
+        return greedy, decode.beam_search(model, src, O(beam_size=3, max_len_b=5, nbest=2))
+    greedy = decode.greedy_decode(model, src, max_len_b=5)
+    return greedy, decode.beam_search(model, src, beam_size=3, max_len_b=5, nbest=2)
 
 
 def _ragged(rows) -> np.ndarray:

@@ -40,7 +40,7 @@ def test_encoder_decoder_checkpoints_give_the_same_outputs(name):
     np.testing.assert_allclose(B.asnumpy(logits), want["logits"], rtol=1e-5, atol=1e-6)
     src = B.asarray(want["src"])
     assert greedy_decode(ck.model, src, min_len=1) == [_ids(r) for r in want["greedy"]]
-    beam = [h[0].tokens for h in beam_search(ck.model, src, 4, 0.6, min_len=1)]
+    beam = [h[0].tokens for h in beam_search(ck.model, src, beam_size=4, alpha=0.6, min_len=1)]
     assert beam == [_ids(r) for r in want["beam"]]
     sources = json.loads(str(want["sources"]))
     assert [tok.encode(s) for s in sources] == [_ids(r[r > 0]) for r in want["src"]]  # pad: 0

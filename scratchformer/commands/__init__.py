@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from scratchformer.decode.options import DecodeOptions
 from scratchformer.errors import ScratchformerError
 
 
@@ -89,6 +90,16 @@ def add_decoding_flags(p, chunk_size: int) -> None:
         type=COUNT,
         default=None,
         help=f"lines read, decoded and written at a time (default {chunk_size})",
+    )
+
+
+def decode_options(args) -> DecodeOptions:
+    """The ``DecodeOptions`` the decoding flags ask for (``add_decoding_flags``; translate's
+    ``--nbest`` and ``--no-repeat-ngram`` where it has them)."""
+    return DecodeOptions(
+        search="greedy" if args.greedy else "beam", beam_size=args.beam, alpha=args.alpha,
+        nbest=getattr(args, "nbest", 1), max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+        min_len=args.min_len, no_repeat_ngram_size=getattr(args, "no_repeat_ngram", 0),
     )
 
 

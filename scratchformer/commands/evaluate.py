@@ -25,7 +25,13 @@ from pathlib import Path
 from scratchformer import writer
 from scratchformer.bleu import corpus_scores
 from scratchformer.checkpoint import load_with_tokenizer
-from scratchformer.commands import NONNEGATIVE, add_decoding_flags, check_lengths, plural
+from scratchformer.commands import (
+    NONNEGATIVE,
+    add_decoding_flags,
+    check_lengths,
+    decode_options,
+    plural,
+)
 from scratchformer.compat import task_of
 from scratchformer.data.bible_pairs import read_pairs
 from scratchformer.data.text import LineLimit
@@ -187,19 +193,8 @@ def _decode_split(args, model, tok, pairs, name: str, target=None) -> tuple[list
         out = None if target is None else stack.enter_context(writer.replacing(target))
         numbered = enumerate((s for s, _ in pairs), start=1)
         for chunk in chunked(check(numbered), chunk_size):
-            got = translate(
-                model,
-                tok,
-                [s for _, s in chunk],
-                beam_size=args.beam,
-                alpha=args.alpha,
-                greedy=args.greedy,
-                max_len_a=args.max_len_a,
-                max_len_b=args.max_len_b,
-                min_len=args.min_len,
-                batch_size=args.batch_size,
-                progress=show.update,
-            )
+            got = translate(model, tok, [s for _, s in chunk], decode_options(args),
+                            batch_size=args.batch_size, progress=show.update)
             hyps += got
             if out is not None:
                 show.emit("".join(h + "\n" for h in got), out)

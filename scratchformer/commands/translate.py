@@ -36,7 +36,14 @@ from pathlib import Path
 
 from scratchformer import writer
 from scratchformer.checkpoint import load_with_tokenizer
-from scratchformer.commands import COUNT, NONNEGATIVE, add_decoding_flags, check_lengths, plural
+from scratchformer.commands import (
+    COUNT,
+    NONNEGATIVE,
+    add_decoding_flags,
+    check_lengths,
+    decode_options,
+    plural,
+)
 from scratchformer.data.text import LineLimit, iter_text_lines
 from scratchformer.decode import translate, translate_nbest
 from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked, loop_hint, loops
@@ -134,27 +141,16 @@ def _decoder(args, model, tokenizer):
     """``decode(chunk, progress) -> output lines``: one chunk of ``(line number,
     sentence)`` pairs decoded as the options ask, its lines in input order (one per
     sentence, or the n-best lines of each)."""
-    options = dict(
-        max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b,
-        min_len=args.min_len,
-        batch_size=args.batch_size,
-    )
-    if args.greedy:
+    options, batch = decode_options(args), args.batch_size
+    if args.greedy or (args.nbest == 1 and not args.scores):
         return lambda chunk, progress: translate(
-            model, tokenizer, [s for _, s in chunk], greedy=True, progress=progress, **options
-        )
-    options.update(beam_size=args.beam, alpha=args.alpha, no_repeat_ngram_size=args.no_repeat_ngram)
-    if args.nbest == 1 and not args.scores:
-        return lambda chunk, progress: translate(
-            model, tokenizer, [s for _, s in chunk], progress=progress, **options
+            model, tokenizer, [s for _, s in chunk], options, batch_size=batch, progress=progress
         )
 
     def nbest_lines(chunk, progress):
         sentences = [s for _, s in chunk]
-        results = translate_nbest(
-            model, tokenizer, sentences, nbest=args.nbest, progress=progress, **options
-        )
+        results = translate_nbest(model, tokenizer, sentences, options, batch_size=batch,
+                                  progress=progress)
         lines = []
         for (lineno, _), nb in zip(chunk, results):
             if not nb:

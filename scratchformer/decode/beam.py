@@ -49,16 +49,12 @@ vocabulary, ``K`` beam size, ``R = B * K`` decoding rows.
 
 from __future__ import annotations
 
-import math
-
 from scratchformer import backend
 from scratchformer.backend import xp
 from scratchformer.decode.common import (
     DecodeError,
     Hypothesis,
-    bos_column,
     check_decode_memory,
-    check_lengths_args,
     check_vocabulary,
     constrain,
     length_penalty,
@@ -67,23 +63,9 @@ from scratchformer.decode.common import (
     next_log_probs,
     silent_rows,
     source_lengths,
+    start_column,
 )
-
-
-def _check_args(beam_size, alpha, nbest, no_repeat_ngram_size) -> None:
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise DecodeError(f"beam_size must be an integer >= 1, got {beam_size!r}")
-    if not isinstance(nbest, int) or not 1 <= nbest <= beam_size:
-        raise DecodeError(f"nbest must be an integer in [1, beam_size={beam_size}], got {nbest!r}")
-    if not isinstance(alpha, (int, float)) or not (math.isfinite(alpha) and alpha >= 0):
-        raise DecodeError(
-            f"alpha must be a finite number >= 0, got {alpha!r} (a negative alpha would "
-            "favour short outputs and break the early-stopping bound)"
-        )
-    if not isinstance(no_repeat_ngram_size, int) or no_repeat_ngram_size < 0:
-        raise DecodeError(
-            f"no_repeat_ngram_size must be an integer >= 0, got {no_repeat_ngram_size!r}"
-        )
+from scratchformer.decode.options import BEAM, DecodeOptions, options_of
 
 
 def _top_candidates(cand, k: int):
@@ -130,17 +112,17 @@ def _ngram_bans(history, n: int):
     return np.asarray(rows, np.int64), np.asarray(toks, np.int64)
 
 
-def _start(B: int, K: int, cfg):
+def _start(B: int, K: int, cfg, options):
     """The search state before step 0: ``finished`` (per sentence, at most K
     ``Hypothesis``, best first), ``active`` (B,) the original index of each sentence
     still searching, ``history`` (R, 0) the tokens of each live row, ``cum`` (B, K) log P
     of each live hypothesis (one live per sentence, K - 1 dead ones at -inf) and
-    ``tokens`` (R, 1) the next decoder input of every row (<bos>); R = B * K."""
+    ``tokens`` (R, 1) the next decoder input of every row (the start); R = B * K."""
     np = backend.np
     cum = np.full((B, K), -np.inf)
     cum[:, 0] = 0.0
     history = np.zeros((B * K, 0), dtype=np.int64)
-    return [[] for _ in range(B)], np.arange(B), history, cum, bos_column(B * K, cfg)
+    return [[] for _ in range(B)], np.arange(B), history, cum, start_column(B * K, cfg, options)
 
 
 def _next_log_probs(model, tokens, kv, step, max_lens, min_len, history, ngram, writes=None):
@@ -238,39 +220,31 @@ def _best_of_each(finished, nbest: int, min_len: int, ngram: int) -> list[list[H
 
 
 def beam_search(
-    model,
-    src,
-    beam_size=4,
-    alpha=0.6,
-    max_len_a=1.0,
-    max_len_b=50,
-    min_len=0,
-    nbest=1,
-    no_repeat_ngram_size=0,
-    writes=None,
+    model, src, options: DecodeOptions | None = None, writes=None, **settings
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch of sentences (the algorithm is in the module docstring).
 
     model: a ``Transformer``; src (B, S) int ids, right-padded with pad_id (host or
-    backend array). beam_size K >= 1 (any size, also >= V); alpha >= 0 the GNMT
-    length-penalty exponent; lengths as in decode/common.py; nbest <= K hypotheses
-    returned per sentence; no_repeat_ngram_size n > 0 forbids any n-gram of output
-    tokens to occur twice in a hypothesis; ``writes`` (host bool (V,), the tokens that
-    write text): with ``min_len`` >= 1, no hypothesis ends as blank text.
+    backend array). From ``options``: beam_size K >= 1 (any size, also >= V); alpha >= 0
+    the GNMT length-penalty exponent; the lengths as in decode/common.py; nbest <= K
+    hypotheses returned per sentence; no_repeat_ngram_size n > 0 forbids any n-gram of
+    output tokens to occur twice in a hypothesis; the decoder's start (``settings``: these
+    fields by name). ``writes`` (host bool (V,), the tokens that write text): with
+    ``min_len`` >= 1, no hypothesis ends as blank text.
 
     Returns, per sentence, up to ``nbest`` ``Hypothesis(tokens, score, logprob)``, best
     score first (fewer only when fewer than nbest distinct outputs exist, e.g. a tiny
     vocabulary and a short maximum length).
     """
-    _check_args(beam_size, alpha, nbest, no_repeat_ngram_size)
-    check_lengths_args(max_len_a, max_len_b, min_len)
+    options = options_of(options, BEAM, settings)
     cfg = model.config
+    alpha, min_len, ngram = options.alpha, options.min_len, options.no_repeat_ngram_size
     check_vocabulary(cfg, min_len)
     np = backend.np
-    K, V, eos = beam_size, cfg.vocab_size, cfg.eos_id
+    K, V, eos = options.beam_size, cfg.vocab_size, cfg.eos_id
     src = src if backend.is_array(src) else np.asarray(src)  # host ids stay on the host
     max_lens = max_output_lengths(
-        source_lengths(model, src), max_len_a, max_len_b, cfg.max_len
+        source_lengths(model, src), options.max_len_a, options.max_len_b, cfg.max_len
     )  # (B,) host: L_i
     check_decode_memory(
         cfg,
@@ -282,14 +256,14 @@ def beam_search(
     )
     memory, src_mask = model.encode_infer(src)  # (B, S, D), (B, 1, 1, S)
     kv = model.init_kv(memory, src_mask, beams=K, capacity=int(max_lens.max()) + 1)
-    finished, active, history, cum, tokens = _start(src.shape[0], K, cfg)
+    finished, active, history, cum, tokens = _start(src.shape[0], K, cfg, options)
 
     for step in range(int(max_lens.max()) + 1):
         Ba = active.size
         # 1. next-token log-probabilities of every row, with the token rules
         row_lens = np.repeat(max_lens[active], K)  # (R,) host
         lp = _next_log_probs(
-            model, tokens, kv, step, row_lens, min_len, history, no_repeat_ngram_size, writes
+            model, tokens, kv, step, row_lens, min_len, history, ngram, writes
         )
         # 2. the best 2K continuations of each sentence's K live hypotheses
         cand = (backend.asarray(cum).reshape(-1, 1) + lp).reshape(Ba, K * V)  # (B, K*V)
@@ -312,7 +286,7 @@ def beam_search(
         history, tokens = _reorder(kv, history, keep, new_parent, new_tok, done.size)
         cum, active = new_cum[keep], active[keep]
 
-    return _best_of_each(finished, nbest, min_len, no_repeat_ngram_size)
+    return _best_of_each(finished, options.nbest, min_len, ngram)
 
 
 __all__ = ["beam_search"]

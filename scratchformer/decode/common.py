@@ -28,23 +28,18 @@ Dimension key: ``B`` sentences, ``S`` source length, ``V`` vocabulary, ``K`` bea
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from scratchformer import backend, memory
 from scratchformer.backend import xp
+from scratchformer.decode.options import DecodeError
 from scratchformer.errors import (
-    ScratchformerError,
     ShapeError,
     check_length,
     check_rank,
     check_token_ids,
 )
 from scratchformer.ops.softmax import log_softmax
-
-
-class DecodeError(ScratchformerError):
-    """Decoding cannot run as asked (bad source, bad arguments, no hypothesis possible)."""
 
 
 def length_penalty(length, alpha: float) -> float:
@@ -104,14 +99,6 @@ def max_output_lengths(lengths, max_len_a: float, max_len_b: float, model_max_le
     np = backend.np
     L = np.floor(max_len_a * np.asarray(lengths, dtype=np.float64) + max_len_b)
     return np.clip(L, 0, model_max_len - 1).astype(np.int64)
-
-
-def check_lengths_args(max_len_a, max_len_b, min_len) -> None:
-    for name, v in (("max_len_a", max_len_a), ("max_len_b", max_len_b)):
-        if not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise DecodeError(f"{name} must be a finite number, got {v!r}")
-    if not isinstance(min_len, int) or min_len < 0:
-        raise DecodeError(f"min_len must be an integer >= 0, got {min_len!r}")
 
 
 def check_vocabulary(config, min_len: int) -> None:
@@ -215,17 +202,16 @@ def constrain(scores, step: int, max_lens, min_len: int, config, silent=None, wr
     return out
 
 
-def bos_column(rows: int, config):
-    """(R, 1) host: the first decoder input of every row (host tokens are checked and
-    moved by the model's ``decode_step``, so nothing is read back for them)."""
-    return backend.np.full((rows, 1), config.bos_id, dtype=backend.np.int64)
+def start_column(rows: int, config, options):
+    """(R, 1) host: the first decoder input of every row, ``options.start`` (host tokens
+    are checked and moved by the model's ``decode_step``, so nothing is read back)."""
+    return backend.np.full((rows, 1), options.start(config), dtype=backend.np.int64)
 
 
 __all__ = [
     "DecodeError",
     "Hypothesis",
-    "bos_column",
-    "check_lengths_args",
+    "start_column",
     "check_vocabulary",
     "constrain",
     "silent_rows",

@@ -20,37 +20,42 @@ from __future__ import annotations
 from scratchformer import backend
 from scratchformer.backend import xp
 from scratchformer.decode.common import (
-    bos_column,
-    check_lengths_args,
     check_vocabulary,
     constrain,
     max_output_lengths,
     nan_scores,
     next_log_probs,
     source_lengths,
+    start_column,
 )
+from scratchformer.decode.options import DecodeOptions, options_of
+
+#: greedy decoding's options when none are given
+GREEDY = DecodeOptions(search="greedy")
 
 
 def greedy_decode(
-    model, src, max_len_a=1.0, max_len_b=50, min_len=0, writes=None
+    model, src, options: DecodeOptions | None = None, writes=None, **settings
 ) -> list[list[int]]:
     """Most probable token at every step, for a batch of sentences.
 
     model: a ``Transformer``; src (B, S) int ids, right-padded with pad_id (host or
-    backend array). Lengths: see decode/common.py (``L_i = min(floor(a S_i + b),
-    max_len - 1)`` tokens, then <eos> forced; <eos> forbidden before ``min_len``;
-    <pad>/<bos> never emitted; ``writes``: host bool (V,), the tokens that write text,
-    for outputs that are never blank).
+    backend array); ``options``: its lengths (decode/common.py: ``L_i = min(floor(a S_i
+    + b), max_len - 1)`` tokens, then <eos> forced; <eos> forbidden before ``min_len``;
+    <pad>/<bos> never emitted) and the decoder's start; ``writes``: host bool (V,), the
+    tokens that write text, for outputs that are never blank; ``settings``: fields of
+    ``DecodeOptions`` by name.
 
     Returns B lists of token ids, without <bos> and <eos>.
     """
-    check_lengths_args(max_len_a, max_len_b, min_len)
+    options = options_of(options, GREEDY, settings)
     cfg = model.config
+    min_len = options.min_len
     check_vocabulary(cfg, min_len)
     np = backend.np
     src = src if backend.is_array(src) else np.asarray(src)  # host ids stay on the host
     max_lens = max_output_lengths(
-        source_lengths(model, src), max_len_a, max_len_b, cfg.max_len
+        source_lengths(model, src), options.max_len_a, options.max_len_b, cfg.max_len
     )  # (B,) host
     B = src.shape[0]
     memory, src_mask = model.encode_infer(src)  # (B, S, D), (B, 1, 1, S)
@@ -59,7 +64,7 @@ def greedy_decode(
     outputs = [[] for _ in range(B)]
     wrote = np.zeros(B, dtype=bool)  # whether each sentence's tokens write text yet
     active = np.arange(B)  # the sentence each row decodes
-    tokens = bos_column(B, cfg)  # (R, 1) the next decoder input of every row
+    tokens = start_column(B, cfg, options)  # (R, 1) the next decoder input of every row
     for step in range(int(max_lens.max()) + 1):
         lp = next_log_probs(model, tokens, kv)  # (R, V)
         silent = None if writes is None else ~wrote[active]

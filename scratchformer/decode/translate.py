@@ -50,6 +50,7 @@ from scratchformer.data.tokenizers import UnknownTokens
 from scratchformer.decode.beam import beam_search
 from scratchformer.decode.common import DecodeError, Hypothesis, writing_tokens
 from scratchformer.decode.greedy import greedy_decode
+from scratchformer.decode.options import DecodeOptions, options_of
 
 
 @dataclass(frozen=True)
@@ -99,13 +100,16 @@ def _too_long(where: str, n: int, limit: int) -> DecodeError:
     )
 
 
-def _encode_all(model, tokenizer, sentences) -> list[list[int]]:
+def _encode_all(model, tokenizer, sentences, end=None) -> list[list[int]]:
+    """The sentences' ids (and ``end`` after each that is not empty, where given)."""
     if isinstance(sentences, str):
         raise DecodeError("translate() takes a list of sentences, got a single string")
     limit = model.config.max_len
     encoded = []
     for i, s in enumerate(sentences):
         ids = list(tokenizer.encode(s))
+        if ids and end is not None:
+            ids.append(end)
         if len(ids) > limit:
             raise _too_long(f"sentence {i}", len(ids), limit)
         encoded.append(ids)
@@ -166,42 +170,32 @@ def _pad(encoded, idx, pad_id: int):
     return src
 
 
+#: what ``translate`` decodes with when no options are given: the paper's beam search,
+#: and never an empty output for a sentence that is not empty (fairseq's min_len 1)
+TRANSLATE = DecodeOptions(min_len=1)
+
+
 def translate_nbest(
-    model,
-    tokenizer,
-    sentences,
-    *,
-    beam_size=4,
-    alpha=0.6,
-    nbest=1,
-    max_len_a=1.0,
-    max_len_b=50,
-    min_len=1,
-    no_repeat_ngram_size=0,
-    batch_size=32,
-    progress=None,
+    model, tokenizer, sentences, options: DecodeOptions | None = None, *, batch_size=32,
+    progress=None, **settings,
 ) -> list[list[Translation]]:
-    """Beam-search ``sentences`` (a list of str); per sentence up to ``nbest``
-    ``Translation``s, best first (an empty list for an empty sentence). ``progress``:
-    called with the number of sentences of each batch once it is decoded."""
-    encoded = _encode_all(model, tokenizer, sentences)
-    writes = writing_tokens(tokenizer, model.config.vocab_size) if min_len else None
+    """Decode ``sentences`` (a list of str) as ``options`` (else ``TRANSLATE``, with the
+    fields named in ``settings``) say; per sentence up to ``options.nbest``
+    ``Translation``s, best first (an empty list for an empty sentence; greedy search gives
+    one, whose score and log-probability are not computed: NaN). ``progress``: called
+    with the number of sentences of each batch once it is decoded."""
+    options = options_of(options, TRANSLATE, settings)
+    encoded = _encode_all(model, tokenizer, sentences, options.source_end)
+    writes = writing_tokens(tokenizer, model.config.vocab_size) if options.min_len else None
     out: list[list[Translation]] = [[] for _ in encoded]
     for idx in _batches(encoded, batch_size):
         src = _pad(encoded, idx, model.config.pad_id)
-        results = beam_search(
-            model,
-            src,
-            beam_size=beam_size,
-            alpha=alpha,
-            max_len_a=max_len_a,
-            max_len_b=max_len_b,
-            min_len=min_len,
-            nbest=nbest,
-            no_repeat_ngram_size=no_repeat_ngram_size,
-            writes=writes,
-        )
-        for i, hyps in zip(idx, results):
+        if options.search == "greedy":
+            found = [[Hypothesis(ids, float("nan"), float("nan"))]
+                     for ids in greedy_decode(model, src, options, writes)]
+        else:
+            found = beam_search(model, src, options, writes)
+        for i, hyps in zip(idx, found):
             out[i] = [Translation(tokenizer.decode(h.tokens), h) for h in hyps]
         if progress is not None:
             progress(len(idx))
@@ -209,53 +203,17 @@ def translate_nbest(
 
 
 def translate(
-    model,
-    tokenizer,
-    sentences,
-    *,
-    beam_size=4,
-    alpha=0.6,
-    max_len_a=1.0,
-    max_len_b=50,
-    min_len=1,
-    no_repeat_ngram_size=0,
-    batch_size=32,
-    greedy=False,
-    progress=None,
+    model, tokenizer, sentences, options: DecodeOptions | None = None, *, batch_size=32,
+    progress=None, **settings,
 ) -> list[str]:
-    """The best translation of each sentence (``""`` for an empty one).
-
-    ``greedy=True`` uses greedy decoding (beam_size, alpha and no_repeat_ngram_size are
-    then unused). ``progress``: called with the number of sentences of each batch once
-    it is decoded.
-    """
-    if not greedy:
-        nb = translate_nbest(
-            model,
-            tokenizer,
-            sentences,
-            beam_size=beam_size,
-            alpha=alpha,
-            nbest=1,
-            max_len_a=max_len_a,
-            max_len_b=max_len_b,
-            min_len=min_len,
-            no_repeat_ngram_size=no_repeat_ngram_size,
-            batch_size=batch_size,
-            progress=progress,
-        )
-        return [t[0].text if t else "" for t in nb]
-    encoded = _encode_all(model, tokenizer, sentences)
-    writes = writing_tokens(tokenizer, model.config.vocab_size) if min_len else None
-    out = [""] * len(encoded)
-    for idx in _batches(encoded, batch_size):
-        src = _pad(encoded, idx, model.config.pad_id)
-        found = greedy_decode(model, src, max_len_a, max_len_b, min_len, writes)
-        for i, ids in zip(idx, found):
-            out[i] = tokenizer.decode(ids)
-        if progress is not None:
-            progress(len(idx))
-    return out
+    """The best translation of each sentence (``""`` for an empty one), decoded as
+    ``options`` (else ``TRANSLATE``, with the fields named in ``settings``) say.
+    ``progress``: called with the number of sentences of each batch once it is decoded."""
+    options = options_of(options, TRANSLATE, settings).replace(nbest=1)
+    nb = translate_nbest(model, tokenizer, sentences, options, batch_size=batch_size,
+                         progress=progress)
+    return [t[0].text if t else "" for t in nb]
 
 
-__all__ = ["CHUNK_SIZE", "SourceCheck", "Translation", "chunked", "translate", "translate_nbest"]
+__all__ = ["CHUNK_SIZE", "TRANSLATE", "SourceCheck", "Translation", "chunked", "translate",
+           "translate_nbest"]

@@ -22,7 +22,7 @@ import math
 
 from scratchformer import backend, distributed
 from scratchformer.data.batching import collate
-from scratchformer.decode import beam_search, greedy_decode
+from scratchformer.decode import DecodeOptions, beam_search, greedy_decode
 from scratchformer.ops.loss import cross_entropy
 
 
@@ -78,20 +78,11 @@ def teacher_forced(model, batches, eps_ls: float, pad_id: int | None, prediction
 
 
 def decode_outputs(
-    model,
-    sources,
-    method: str,
-    beam_size: int,
-    alpha: float,
-    min_len: int,
-    batch_size: int = 64,
-    progress=None,
-    world=None,
+    model, sources, options: DecodeOptions, batch_size: int = 64, progress=None, world=None
 ) -> list[list[int]]:
-    """Decode ``sources`` (lists of ids) with ``method`` "beam" (``beam_search``, best
-    hypothesis) or "greedy" (``greedy_decode``); returns the output ids of each, in order.
-    ``min_len``: fewest output tokens (translation uses 1: never an empty sentence);
-    ``progress``: called with the number of sources decoded as batches finish.
+    """Decode ``sources`` (lists of ids) as ``options`` say: beam search (its best
+    hypothesis) or greedy; returns the output ids of each, in order. ``progress``:
+    called with the number of sources decoded as batches finish.
     Sources are batched by length (the searches do not depend on the batch).
 
     ``world``: the ranks that decode together (``distributed.World``; one process when
@@ -107,11 +98,10 @@ def decode_outputs(
     for start in range(0, len(mine), batch_size):
         idx = mine[start : start + batch_size]
         src = backend.asarray(collate([(sources[i], []) for i in idx]).src)
-        if method == "beam":
-            hyps = beam_search(model, src, beam_size=beam_size, alpha=alpha, min_len=min_len)
-            outs = [list(h[0].tokens) for h in hyps]
+        if options.search == "beam":
+            outs = [list(h[0].tokens) for h in beam_search(model, src, options)]
         else:
-            outs = [list(y) for y in greedy_decode(model, src, min_len=min_len)]
+            outs = [list(y) for y in greedy_decode(model, src, options)]
         found.update(zip(idx, outs))
         if progress is not None:
             step = min(len(idx) * w.size, len(sources) - shown)

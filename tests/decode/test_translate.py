@@ -36,7 +36,7 @@ def test_translate_matches_beam_search_and_keeps_input_order(model_and_tokenizer
             assert text == tok.decode(hyps[0].tokens)
     # batching (and the length sort inside) changes nothing
     assert translate(m, tok, SENTENCES, beam_size=3, max_len_b=5, batch_size=1) == out
-    greedy = translate(m, tok, SENTENCES, greedy=True, max_len_b=5)
+    greedy = translate(m, tok, SENTENCES, search="greedy", max_len_b=5)
     assert greedy[1] == "" and len(greedy) == len(SENTENCES)
 
 
@@ -56,14 +56,16 @@ def test_a_sentence_never_translates_to_nothing(model_and_tokenizer):
     (free,) = beam_search(m, src, beam_size=3, max_len_b=5, min_len=0)
     assert free[0].tokens == []  # what plain search gives
     assert translate(m, tok, ["the cat sat"], beam_size=3, max_len_b=5) == [tok.decode([5])]
-    assert translate(m, tok, ["the cat sat"], greedy=True, max_len_b=5) == [tok.decode([5])]
+    assert translate(m, tok, ["the cat sat"], search="greedy", max_len_b=5) == [tok.decode([5])]
     # the trainer's test decoding of a translation task passes min_len=1 the same way
+    from scratchformer.decode import DecodeOptions  # noqa: PLC0415
     from scratchformer.train import decode_outputs  # noqa: PLC0415
 
     sources = [tok.encode("the cat sat")]
     for method in ("beam", "greedy"):
-        assert decode_outputs(m, sources, method, 3, 0.6, min_len=1) == [[5]]
-        assert decode_outputs(m, sources, method, 3, 0.6, min_len=0) == [[]]  # plain search
+        options = DecodeOptions(search=method, beam_size=3)
+        assert decode_outputs(m, sources, options.replace(min_len=1)) == [[5]]
+        assert decode_outputs(m, sources, options) == [[]]  # plain search
 
 
 def test_text_commands_default_to_a_non_empty_output():
@@ -166,25 +168,25 @@ def test_ranks_share_the_decoding_and_each_returns_every_output(model_and_tokeni
     """Each rank decodes every size-th source of the length order (equal shares of the
     work, together every source once), and every rank returns the outputs one process
     gives, in the order of the sources."""
+    from scratchformer.decode import DecodeOptions  # noqa: PLC0415
     from scratchformer.train import decode_outputs  # noqa: PLC0415
 
     m, tok = model_and_tokenizer
     rng = np.random.default_rng(0)
     sources = [list(rng.integers(4, len(tok), size=int(n))) for n in rng.integers(1, 9, 11)]
-    alone = decode_outputs(m, sources, method, 3, 0.6, min_len=1, batch_size=2)
+    options = DecodeOptions(search=method, beam_size=3, min_len=1)
+    alone = decode_outputs(m, sources, options, batch_size=2)
     given: dict = {}
     for r in range(size):
-        decode_outputs(m, sources, method, 3, 0.6, 1, 2, world=_Rank(r, size, given))
+        decode_outputs(m, sources, options, 2, world=_Rank(r, size, given))
     shares = [sorted(given[r]) for r in range(size)]
     assert sorted(i for s in shares for i in s) == list(range(len(sources)))  # each once
     tokens = [sum(len(sources[i]) for i in s) for s in shares]
     assert max(tokens) - min(tokens) <= 8  # at most the longest source apart
     ticks: list = []
     for r in range(size):
-        out = decode_outputs(
-            m, sources, method, 3, 0.6, 1, 2, world=_Rank(r, size, given),
-            progress=ticks.append if r == 0 else None,
-        )  # fmt: skip
+        out = decode_outputs(m, sources, options, 2, world=_Rank(r, size, given),
+                             progress=ticks.append if r == 0 else None)
         assert out == alone
     assert sum(ticks) == len(sources)  # rank 0's bar stands for every rank's work
 

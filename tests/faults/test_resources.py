@@ -82,7 +82,7 @@ def test_chunked_translation_equals_one_chunk(
         chunked = _cli(capsys, [*argv, "--chunk-size", chunk])
     if mode != "nbest":  # the text, and what the Python API gives for the whole input
         assert chunked == whole
-        options = {"greedy": True} if mode == "greedy" else {"beam_size": 3}
+        options = {"search": "greedy"} if mode == "greedy" else {"beam_size": 3}
         hyps = translate(model, tok, STREAM_INPUT, batch_size=4, **options)
         assert whole == "".join(h + "\n" for h in hyps)
         return
@@ -104,7 +104,7 @@ def test_evaluate_writes_the_same_output_in_chunks(reverse_model, tmp_path, caps
     argv = ["evaluate", "--checkpoint", ckpt, "--data-dir", tmp_path, "--greedy"]
     whole = _cli(capsys, [*argv, "--output", tmp_path / "whole.txt", "--chunk-size", "1000"])
     chunked = _cli(capsys, [*argv, "--output", tmp_path / "chunked.txt", "--chunk-size", chunk])
-    expected = "".join(h + "\n" for h in translate(model, tok, sources, greedy=True))
+    expected = "".join(h + "\n" for h in translate(model, tok, sources, search="greedy"))
     assert (tmp_path / "chunked.txt").read_text("utf-8") == expected
     assert (tmp_path / "whole.txt").read_text("utf-8") == expected
     bleu = [line for line in whole.splitlines() if line.startswith("BLEU = ")]
@@ -129,7 +129,7 @@ def test_translation_output_comes_while_the_input_is_still_open(reverse_model):
     the next chunk is even written, and stdin is closed only at the end."""
     ckpt, model, tok = reverse_model
     sources = reverse_lines(9, seed=4)
-    expected = translate(model, tok, sources, greedy=True)
+    expected = translate(model, tok, sources, search="greedy")
     cmd = [sys.executable, "-m", "scratchformer", "translate", "--checkpoint", str(ckpt)]
     child = subprocess.Popen(
         [*cmd, "--greedy", "--chunk-size", "3"],
@@ -207,7 +207,7 @@ def test_translation_memory_does_not_grow_with_the_input(tmp_path, capsys):
     assert len(m200["lines"]) == 200_000
     assert m200["lines"][:20_000] == m20["lines"]
     loaded, tok = load_with_tokenizer(ckpt)
-    assert m200["lines"][:300] == translate(loaded.model, tok, sources[:300], greedy=True)
+    assert m200["lines"][:300] == translate(loaded.model, tok, sources[:300], search="greedy")
     with capsys.disabled():  # the figures, for whoever runs this test
         mb = 2**20
         print(

@@ -183,10 +183,10 @@ def test_tokens_that_write_nothing_never_make_a_blank_translation(monkeypatch):
     monkeypatch.setattr(model, "decode_step", biased)
     src = np.array([tok.encode("ab")])
     assert tok.decode(greedy_decode(model, src, min_len=1)[0]).strip() == ""  # blank
-    for greedy in (True, False):
-        out = translate(model, tok, ["ab", "c"], greedy=greedy, max_len_b=4, min_len=1)
+    for search in ("greedy", "beam"):
+        out = translate(model, tok, ["ab", "c"], search=search, max_len_b=4, min_len=1)
         assert all(text.strip() for text in out), out
-    blank = translate(model, tok, ["ab"], greedy=True, max_len_b=4, min_len=0)
+    blank = translate(model, tok, ["ab"], search="greedy", max_len_b=4, min_len=0)
     assert blank[0].strip() == ""  # min_len 0 asks for no text
 
 

@@ -55,7 +55,8 @@ class Case:
 
     def greedy(self, sentences) -> str:
         """What ``translate --greedy`` prints for these sentences (the Python API)."""
-        return "".join(h + "\n" for h in translate(self.model, self.tok, sentences, greedy=True))
+        hyps = translate(self.model, self.tok, sentences, search="greedy")
+        return "".join(h + "\n" for h in hyps)
 
 
 @pytest.fixture

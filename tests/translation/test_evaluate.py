@@ -74,7 +74,7 @@ def test_evaluate_scores_the_decoded_split(tmp_path, bpe, data_dir, monkeypatch,
     hyps = [h.lower().rstrip(".") for h in test_refs]
     hyps[0] = " ".join(hyps[0].split()[:-1] + ["king"])
 
-    def fake_translate(model, tok, sources, **kw):
+    def fake_translate(model, tok, sources, options=None, **kw):
         assert len(sources) == len(hyps)
         return hyps
 
@@ -154,7 +154,7 @@ def test_training_a_few_steps_and_resuming_checks_the_vocabulary(tmp_path, data_
     real = seq2seq.decode_outputs
 
     def spy(*args, **kw):
-        seen.append(args[5])
+        seen.append(args[2].min_len)
         return real(*args, **kw)
 
     monkeypatch.setattr(seq2seq, "decode_outputs", spy)

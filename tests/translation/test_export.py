@@ -164,7 +164,7 @@ def test_transformers_decodes_the_export_as_we_do(trained, tmp_path):
     with torch.no_grad():
         generated = hf.generate(**enc, max_new_tokens=60)
     text = their_tok.batch_decode(generated, skip_special_tokens=True)
-    assert text == translate(model, tok, sources, greedy=True)
+    assert text == translate(model, tok, sources, search="greedy")
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from scratchformer.bleu import ScoringError, corpus_scores
 from scratchformer.data.batching import collate, example_widths, fixed_batches
 from scratchformer.data.pairs import string_pairs, translation_pairs
 from scratchformer.data.text import NO_MODEL, LineLimit
+from scratchformer.decode import DecodeOptions
 from scratchformer.errors import need
 from scratchformer.train.evaluation import decode_outputs
 from scratchformer.train.tasks import fit
@@ -146,10 +147,9 @@ class Seq2SeqTask(Task):
         pairs = self.examples("test")
         t0 = time.perf_counter()
         sources = [x for x, _ in pairs]
-        outputs = decode_outputs(
-            model, sources, s.decode, s.beam_size, s.alpha, self.min_len, progress=progress,
-            world=world,
-        )  # fmt: skip
+        options = DecodeOptions(search=s.decode, beam_size=s.beam_size, alpha=s.alpha,
+                                min_len=self.min_len)
+        outputs = decode_outputs(model, sources, options, progress=progress, world=world)
         m["seq_acc_decoded"] = sum(o == list(y) for o, (_, y) in zip(outputs, pairs)) / len(pairs)
         m["decode"] = self.decoding()
         m["decode_seconds"] = time.perf_counter() - t0
