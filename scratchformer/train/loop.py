@@ -49,13 +49,11 @@ classified), with the last checkpoint and with the average of the last
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
-from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from scratchformer import device, distributed
+from scratchformer import backend, device, distributed
 from scratchformer.checkpoint import (
     checkpoint_name,
     list_checkpoints,
@@ -310,8 +308,7 @@ class Trainer:
     def run(self, final_eval: bool = True) -> TrainResult:
         """Train to ``train.steps`` (or the time limit), validating and checkpointing on
         the way; then, with ``final_eval``, judge the test set."""
-        threads = self.cfg.train.threads
-        limits = threadpool_limits(threads, user_api="blas") if threads else nullcontext()
+        limits = backend.blas_threads(self.cfg.train.threads)
         try:
             with limits, Interrupts(self.world.main, self.world.size) as self.interrupts:
                 return self._run(final_eval)
