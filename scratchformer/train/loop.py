@@ -326,8 +326,9 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_config(self.run_dir, cfg.to_dict())
         lines = report.header(
-            cfg, self.task, self.model, len(self.sampler), self.run_dir, self.world.size
-        )
+            cfg, self.task, self.model, len(self.sampler), self.run_dir, self.world.size,
+            self.seconds_before,
+        )  # fmt: skip
         for line in [*lines, *self.task.notes()]:  # the run, then what the data told
             self.echo(line)
         if self.step:
@@ -404,7 +405,8 @@ class Trainer:
                 # rank 0's clock
                 signum, time_up = agree(self.world, self.interrupts.signum, time_up)
                 if time_up:
-                    stopped = f"time limit of {t.time_limit:g} s reached after step {s}"
+                    more = " more" if self.seconds_before else ""  # as the plan said
+                    stopped = f"time limit of {t.time_limit:g} s{more} reached after step {s}"
                 last = s == t.steps or bool(stopped)
                 t_aside = time.perf_counter()
                 self._step_end(s, rec, last, bar, valid, t_start)

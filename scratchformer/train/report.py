@@ -135,13 +135,20 @@ def loss_note(eps_ls: float) -> list[str]:
     ]
 
 
-def header(cfg, task, model, batches_per_epoch: int, run_dir, ranks: int = 1) -> list[str]:
+def header(
+    cfg, task, model, batches_per_epoch: int, run_dir, ranks: int = 1, seconds_before=0.0
+) -> list[str]:
+    """The run's first lines: the task and data, the model, the plan (steps, batches, the
+    time limit: of this process's training, so a resumed run, ``seconds_before`` into
+    it, says so) and what the loss shown is."""
     sizes = task.sizes()
     mc = model.config
     t = cfg.train
     attn = mc.attention
     accum = f" x {t.accum_steps} micro-batches" if t.accum_steps > 1 else ""
     limit = f", at most {t.time_limit:g} s" if t.time_limit else ""
+    if t.time_limit and seconds_before:
+        limit += f" more (the run trained {clock(seconds_before)} before this resume)"
     if ranks > 1:
         each = (
             f"{t.threads} BLAS thread{'s' if t.threads > 1 else ''}"
