@@ -17,8 +17,8 @@ step meets ``--tol``:
     scratchformer gradcheck --preset small --directions 1 --dtype float32 --h 1e-1 1e-2 1e-3
 
 Every check runs on one BLAS thread, as ``train`` does (``--threads``), and prints its
-estimated time before it starts (``gradcheck_clock``), with a note first when the cores
-are busy or when ``--tol`` is below what central differences can resolve at its step.
+estimated time before it starts, with a note first when the cores are busy or when
+``--tol`` is below what central differences can resolve at its step.
 """
 
 from __future__ import annotations
