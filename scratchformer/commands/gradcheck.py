@@ -300,6 +300,12 @@ def run_directions(args) -> int:
         print(f"step h = {steps[0]:g} (RMS per entry), {timer.took()}")
         print(report.table())
         ok = ok and report.passed
+        if not report.passed and args.dtype != "float64":
+            print(
+                f"{args.dtype} cannot resolve these gradients to --tol {args.tol:g} at h = "
+                f"{steps[0]:g} (rounding, about eps*|L|/h; several --h show the error by step "
+                "size): prove them in float64 (the default)"
+            )
     print("\ngradcheck:", "PASSED" if ok else "FAILED")
     return 0 if ok else 1
 
