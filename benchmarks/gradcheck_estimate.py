@@ -4,8 +4,8 @@
     python benchmarks/gradcheck_estimate.py              # as the machine is
     python benchmarks/gradcheck_estimate.py --beside     # with a training run beside it
 
-Each line runs as its own process (``--no-progress``), at the machine's default BLAS
-threads, as a user would run it; each check (one per norm) prints its estimate before it
+Each line runs as its own process (``--no-progress``), on the command's default of one
+BLAS thread, as a user would run it; each check (one per norm) prints its estimate before it
 starts and its time beside the estimate when it ends, and both are read from its output.
 ``--beside`` starts ``scratchformer train`` (the default task, one BLAS thread, in a
 temporary folder) first and stops it at the end: another job on the machine. Prints one
@@ -31,7 +31,8 @@ LINES = [
 ]
 UNITS = {"ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
 #: the end of a check: "(6.4 s; estimated 4.1 s)", "step h = 1e-07 ..., 26 s; estimated
-#: 31 s", "time: 0.17 s; estimated 0.11 s"
+#: 31 s", "time: 0.17 s; estimated 0.11 s" (a check that shared its cores adds "; 14 s of
+#: CPU time")
 TOOK = re.compile(r"([\d.e+-]+) (ms|s|min|h); estimated ([\d.e+-]+) (ms|s|min|h)")
 
 

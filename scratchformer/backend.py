@@ -45,6 +45,7 @@ __all__ = [
     "on_host",
     "BackendError",
     "quiet_float_warnings",
+    "blas_threads",
 ]
 
 #: NumPy itself, for host-side work (data pipelines, checkpoints on disk).
@@ -240,6 +241,18 @@ def quiet_float_warnings() -> None:
     messages), and a raw warning naming a line of our source explains nothing to a user.
     A library user keeps NumPy's settings."""
     numpy.seterr(all="ignore")
+
+
+def blas_threads(threads: int):
+    """A context in which the host's BLAS runs on ``threads`` threads (0: as many as the
+    BLAS chooses). Small matrices run fastest on one: extra BLAS threads mostly wait for
+    each other, and on cores busy with other work a waiting thread holds up every product
+    (the training loop and the gradient check both run inside this)."""
+    if not threads:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits  # only where threads are set
+
+    return threadpool_limits(threads, user_api="blas")
 
 
 def require_env_backend() -> None:

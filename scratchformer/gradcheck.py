@@ -54,6 +54,19 @@ def rel_error(a, n) -> float:
     return num / max(1e-8, den)
 
 
+def rounding_floor(loss: float, scale: float, h: float, dtype="float64") -> float:
+    """The relative error (``rel_error``) rounding alone gives a central difference of a
+    loss of size ``loss``, against derivatives of size ``scale`` (a tensor's largest
+    gradient entry for entry checks; for directions, its gradient's norm, the size of
+    ``<g, v>``): each loss is computed to about ``eps * |L|`` (``eps``: the dtype's
+    machine epsilon), so the difference quotient is off by about ``eps * |L| / h``, and the
+    denominator is about ``2 * scale``. No tolerance below it can be met at this ``h``; a
+    larger ``h`` lowers it until the truncation error, about ``h**2 |f'''| / 6``, takes
+    over (docs/derivations.md#checking-gradients)."""
+    eps = float(backend.np.finfo(dtype).eps)
+    return eps * abs(loss) / h / max(1e-8, 2 * scale)
+
+
 @dataclass
 class GradCheckRow:
     name: str  # input or parameter name

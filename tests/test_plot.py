@@ -126,6 +126,37 @@ def test_attention_from_a_run_directory_and_one_head(mpl, tmp_path, checkpoint, 
     assert "checkpoint_7.npz" in capsys.readouterr().out
 
 
+def test_a_run_directory_means_its_final_model_as_for_every_command(
+    mpl, tmp_path, checkpoint, capsys
+):
+    """A finished run's directory names its final.npz (as translate, evaluate and export
+    take it), not its newest checkpoint; a run with no final model yet, its newest."""
+    from scratchformer.checkpoint import load_checkpoint
+
+    final = checkpoint.parent / "final.npz"
+    save_checkpoint(
+        final, load_checkpoint(checkpoint).model, step=7, meta=checkpoint_meta(checkpoint)
+    )
+    later = checkpoint.parent / "checkpoint_9.npz"
+    save_checkpoint(
+        later, load_checkpoint(checkpoint).model, step=9, meta=checkpoint_meta(checkpoint)
+    )
+    args = ["plot", "attention", "abc", "--target", "ab", "--kind", "cross", "-o", str(tmp_path)]
+    for where in (checkpoint.parent.parent, checkpoint.parent):
+        assert main([*args[:2], str(where), *args[2:], "--overwrite"]) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first.startswith(f"checkpoint {final} ("), first
+    final.unlink()
+    assert main([*args[:2], str(checkpoint.parent.parent), *args[2:], "--overwrite"]) == 0
+    assert capsys.readouterr().out.startswith(f"checkpoint {later} (step 9")
+
+
+def checkpoint_meta(path):
+    from scratchformer.checkpoint import load_checkpoint
+
+    return {"tokenizer": load_checkpoint(path).meta["tokenizer"]}
+
+
 def test_attention_decodes_when_no_target_is_given(mpl, tmp_path, checkpoint, capsys):
     pytest.importorskip("scratchformer.decode")
     out = tmp_path / "greedy"
@@ -159,7 +190,7 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
     err = run_error(capsys, "attention", str(tmp_path / "nope.npz"), "abc", "--target", "a")
     assert "no checkpoint file or run directory at" in err and "nope.npz" in err
     err = run_error(capsys, "attention", str(tmp_path), "abc")
-    assert "no checkpoint_<step>.npz" in err
+    assert "no final.npz or checkpoint_<step>.npz" in err
 
 
 def test_unknown_head_and_layer_are_clear_errors(mpl, tmp_path, checkpoint, capsys):

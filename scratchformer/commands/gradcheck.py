@@ -10,23 +10,26 @@ and theta - h, the numeric and the analytic derivative side by side, and their e
 ``--directions K`` checks K random directions per parameter tensor and K over all
 parameters (two forward passes each, whatever the size): the check for ``small`` and
 ``base`` models. ``--dtype float32`` runs it in float32; several ``--h`` values print
-the error by step size instead of the table:
+the error by step size instead of the table, the best step marked, and pass when some
+step meets ``--tol``:
 
     scratchformer gradcheck --preset base --directions 1
     scratchformer gradcheck --preset small --directions 1 --dtype float32 --h 1e-1 1e-2 1e-3
+
+Every check runs on one BLAS thread, as ``train`` does (``--threads``), and prints its
+estimated time before it starts, with a note first when the cores are busy or when
+``--tol`` is below what central differences can resolve at its step.
 """
 
 from __future__ import annotations
 
-import copy
 import difflib
-import statistics
-import sys
 import time
 
 from scratchformer import backend, device, memory
 from scratchformer.backend import xp
 from scratchformer.commands import COUNT, NONNEGATIVE, PROBABILITY, integer, number
+from scratchformer.commands import gradcheck_clock as clock
 from scratchformer.errors import ScratchformerError
 from scratchformer.gradcheck import (
     DEFAULT_H,
@@ -36,11 +39,13 @@ from scratchformer.gradcheck import (
     check_directions,
     check_model,
     rel_error,
+    rounding_floor,
     sample_entries,
 )
 from scratchformer.models import PRESETS, Transformer, TransformerConfig
 from scratchformer.models.sizes import describe, largest_part, model_bytes, parameter_totals
 from scratchformer.progress import stage
+from scratchformer.train.config import TrainConfig
 
 
 def demo_batch(vocab_size: int, seed: int = 0):
@@ -117,7 +122,14 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--force",
         action="store_true",
-        help=f"run a check estimated to take more than {TIME_LIMIT / 3600:g} hour",
+        help=f"run a check estimated to take more than {clock.TIME_LIMIT / 3600:g} hour",
+    )
+    p.add_argument(
+        "--threads",
+        type=NONNEGATIVE,
+        default=None,
+        help="BLAS threads (default 1, as train's train.threads: on small matrices more "
+        "threads mostly wait, and on busy cores far longer; 0 = the BLAS default)",
     )
     p.set_defaults(func=run)
 
@@ -145,12 +157,6 @@ def _config(args, norm) -> TransformerConfig:
 #: and the values either side of each step, in float64 (40). Measured (peak resident
 #: memory, ``small``: 5.5 M parameters): 55 bytes a parameter with --directions 1.
 BYTES_PER_PARAMETER = {"entries": 32, "directions": 72}
-#: seconds per parameter entry a directional check spends drawing, scaling and applying
-#: its directions (every entry twice: its tensor's row and the row of all parameters);
-#: measured 72-75 ns on the small preset (2026-11-27, 2-core AMD EPYC, one BLAS thread)
-ENTRY_SECONDS = 75e-9
-#: the longest estimated check started without --force, in seconds
-TIME_LIMIT = 3600.0
 
 
 def _bounded_model(args, norm: str, how: str):
@@ -170,99 +176,49 @@ def _bounded_model(args, norm: str, how: str):
     return cfg, Transformer(cfg)
 
 
-def _pass_seconds(model, dtype) -> tuple[float, float, float]:
-    """``(copy, forward, backward)``: seconds to copy ``model`` into ``dtype`` and of one
-    forward and one backward pass of that copy on the demo batch, which is what the check
-    runs: the median of at least three, and of as many as fit in a quarter of a second
-    (up to 50), after one to warm up: a typical pass, as the check's thousands are, not
-    the luckiest, and not one moment's."""
-    t0 = time.perf_counter()
-    m = copy.deepcopy(model).astype(dtype)
-    copied = time.perf_counter() - t0
-    batch = [backend.asarray(a) for a in demo_batch(model.config.vocab_size)]
-    forward, backward = [], []
-    start = time.perf_counter()
-    for i in range(51):
-        if i > 3 and time.perf_counter() - start > 0.25:
-            break
-        t0 = time.perf_counter()
-        _, cache = m.loss_forward(*batch, rng=device.generator(0))
-        t1 = time.perf_counter()
-        m.zero_grad()
-        m.loss_backward(cache)
-        if i:
-            forward.append(t1 - t0)
-            backward.append(time.perf_counter() - t1)
-    return copied, statistics.median(forward), statistics.median(backward)
-
-
-def duration(seconds: float) -> str:
-    """``"40 s"``, ``"12 min"``, ``"5.2 h"``, ``"61 days"``: a time in a message."""
-    for unit, size, limit in (("s", 1, 60), ("min", 60, 3600), ("h", 3600, 2 * 86400)):
-        if seconds < limit:
-            return (
-                f"{seconds / size:.2g} {unit}"
-                if seconds < 10 * size
-                else f"{seconds / size:.0f} {unit}"
-            )
-    return f"{seconds / 86400:,.0f} days"
-
-
-class Clock:
-    """A check's estimate against its time: the progress callback of ``watch`` says
-    once, while the check runs, when it has taken more than twice the estimate; ``took``
-    is what the check's last line shows."""
-
-    def __init__(self, estimate: float):
-        self.estimate, self.warned = estimate, False
-        self.t0 = time.perf_counter()
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def watch(self, show):
-        """The progress callback for a stage shown by ``show`` (a bar or a ticker)."""
-        return lambda n: (show.update(n), self._check(show))
-
-    def _check(self, show) -> None:
-        if not self.warned and self.elapsed() > 2 * self.estimate:
-            self.warned = True
-            show.emit(
-                f"note: this check has run more than twice its estimate ({duration(self.elapsed())}"
-                f", estimated {duration(self.estimate)}): the cores are likely busy with other "
-                "work; on a busy machine give it one BLAS thread (OPENBLAS_NUM_THREADS=1, "
-                "docs/gradient-checks.md)\n",
-                sys.stderr,
-            )
-
-    def took(self) -> str:  # "6.4 s; estimated 4.1 s"
-        return f"{duration(self.elapsed())}; estimated {duration(self.estimate)}"
-
-
-def _bounded_time(args, model, forwards: int, fewer: str, *, entries=0, setups=1) -> float:
-    """The check's estimated time: ``setups`` times its copy of ``model`` (in the check's
-    dtype) and the forward and backward pass that give the analytic gradient, then
-    ``forwards`` more forward passes and ``entries`` parameter entries moved along
-    directions, each part timed or counted here. Printed, and returned; beyond
-    ``TIME_LIMIT`` without ``--force`` the check is refused in one line saying what to
-    lower (``fewer``)."""
-    dtype = getattr(xp, getattr(args, "dtype", "float64"))
-    copied, forward, backward = _pass_seconds(model, dtype)
-    estimate = setups * (copied + forward + backward) + forwards * forward
-    estimate += entries * ENTRY_SECONDS
-    what = (
-        f"{forwards + setups:,} forward passes of {forward * 1e3:.1f} ms and "
-        f"{setups} backward pass{'es' if setups > 1 else ''} of {backward * 1e3:.1f} ms, timed"
+def _timed(args, model, batch, forwards: int, fewer: str, *, entries=0, setups=1, steps=(),
+           names=None):  # fmt: skip
+    """Time the check's passes (``clock.probe``), print its estimate (refused beyond the
+    limit without --force), then before it starts the notes on a busy machine and on a
+    tolerance below what its steps can resolve; the check's ``Clock``."""
+    found = clock.probe(model, getattr(xp, args.dtype), batch, args.seed + 1)
+    estimate = clock.bounded_time(
+        found, forwards, fewer, force=args.force, entries=entries, setups=setups
     )
-    if entries:
-        what += f"; {entries:,} entries moved along directions"
-    if estimate > TIME_LIMIT and not args.force:
-        raise ScratchformerError(
-            f"this check would take about {duration(estimate)} ({what}): {fewer}, or pass "
-            "--force to run it anyway"
-        )
-    print(f"estimated time: about {duration(estimate)} ({what})", flush=True)
-    return estimate
+    timer = clock.start_clock(found, estimate, args.threads)
+    directions = bool(args.directions)
+    note = resolution_note(found, args.tol, steps or [DEFAULT_H], args.dtype, directions, names)
+    if note:
+        print(note, flush=True)
+    return timer
+
+
+def resolution_note(found, tol: float, steps, dtype: str, directions: bool, names=None) -> str:
+    """One line when ``tol`` is below what central differences in ``dtype`` resolve at
+    every step of ``steps`` for some of the tensors (``rounding_floor`` of each, from the
+    timed pass's loss and gradients: the largest entry for entry checks, the norm along
+    directions; ``names``: only these tensors); "" otherwise. Said at the largest step,
+    where rounding is least."""
+    scales = dict(found.norm if directions else found.largest)
+    if names is not None:
+        scales = {n: scales[n] for n in names}
+    elif directions:
+        scales["all parameters"] = sum(v * v for v in found.norm.values()) ** 0.5
+    h = max(steps)
+    floors = sorted(rounding_floor(found.loss, s, h, dtype) for s in scales.values())
+    if not floors or tol >= floors[-1]:
+        return ""
+    eps = float(backend.np.finfo(dtype).eps)
+    which = "every tensor" if tol < floors[0] else "the tensors with the smallest gradients"
+    at = f"h = {h:g}" + (" (the largest step tried)" if len(steps) > 1 else "")
+    return (
+        f"note: --tol {tol:g} is below what central differences in {dtype} resolve here: each "
+        f"loss is computed to about eps*|L| (eps = {eps:.1e}, |L| = {found.loss:.3g}), so at "
+        f"{at} a numeric derivative is off by about eps*|L|/h = {eps * found.loss / h:.1e}, "
+        f"a relative error of {floors[0]:.1e} to {floors[-1]:.1e} of these tensors' "
+        f"gradients: {which} can fail from rounding alone (a larger --h lowers it until the "
+        "step's truncation error, about h^2, takes over)"
+    )
 
 
 def run(args) -> int:
@@ -272,42 +228,43 @@ def run(args) -> int:
         raise ScratchformerError("--dtype float32 is for directional checks: add --directions")
     if args.h is not None and len(args.h) > 1 and not args.directions:
         raise ScratchformerError("several --h values are a directional sweep: add --directions")
-    if args.directions:
-        return run_directions(args)
-    if args.explain is not None:
-        return explain(args)
+    if args.threads is None:  # as train: configs/defaults.toml's train.threads
+        args.threads = TrainConfig.default().train.threads
+    with backend.blas_threads(args.threads):
+        if args.directions:
+            return run_directions(args)
+        if args.explain is not None:
+            return explain(args)
+        return run_entries(args)
+
+
+def run_entries(args) -> int:
+    """The entry-by-entry check of each norm's model: one table each."""
     samples = 20 if args.samples is None else args.samples
     norms = ["post", "pre"] if args.norm in (None, "both") else [args.norm]
-    src, tgt_in, tgt_out = (backend.asarray(a) for a in demo_batch(args.vocab, args.seed))
+    batch = [backend.asarray(a) for a in demo_batch(args.vocab, args.seed)]
+    h = args.h[0] if args.h else DEFAULT_H
     ok = True
     for norm in norms:
         cfg, model = _bounded_model(args, norm, "entries")
         sizes = [int(p.size) for p in model.parameters().values()]
         total = sum(min(n, samples) if samples else n for n in sizes)
-        estimate = _bounded_time(
-            args, model, 2 * total, "check fewer entries (--samples) or directions"
-        )
-        clock = Clock(estimate)
+        timer = _timed(
+            args, model, batch, 2 * total, "check fewer entries (--samples) or directions",
+            steps=[h],
+        )  # fmt: skip
         bar = stage(total, f"checking {norm}-LN", "entry", bar=not args.no_progress)
         report = check_model(
-            model,
-            src,
-            tgt_in,
-            tgt_out,
-            rng=args.seed + 1,
-            max_entries=samples or None,
-            tol=args.tol,
-            h=args.h[0] if args.h else DEFAULT_H,
-            seed=args.seed,
-            progress=clock.watch(bar),
-        )
+            model, *batch, rng=args.seed + 1, max_entries=samples or None, tol=args.tol, h=h,
+            seed=args.seed, progress=timer.watch(bar),
+        )  # fmt: skip
         bar.close()
         print(
             f"\n== {args.preset} encoder-decoder, {norm}-LN, N={cfg.N}, "
             f"d_model={cfg.d_model}, h={cfg.h}, d_k={cfg.d_k or cfg.d_model // cfg.h}, "
             f"positions={cfg.positions}, share_embeddings={cfg.share_embeddings}, "
             f"P_drop={cfg.P_drop} (replayed), eps_ls={cfg.eps_ls}, "
-            f"batch B=3 S=6 T=5 with padding, float64 ({clock.took()})"
+            f"batch B=3 S=6 T=5 with padding, float64 ({timer.took()})"
         )
         print(report.table())
         ok = ok and report.passed
@@ -317,21 +274,19 @@ def run(args) -> int:
 
 def run_directions(args) -> int:
     """Directional checks of each norm's model: the table, or with several ``--h`` the
-    largest and the median error of the rows at each step, each row's first direction
-    as drawn (no redrawing after a kink): the float32 guidance."""
+    sweep (``sweep``)."""
     norms = ["post", "pre"] if args.norm in (None, "both") else [args.norm]
-    src, tgt_in, tgt_out = (backend.asarray(a) for a in demo_batch(args.vocab, args.seed))
+    batch = [backend.asarray(a) for a in demo_batch(args.vocab, args.seed)]
     steps = args.h or [DIRECTIONAL_H]
     ok = True
     for norm in norms:
         cfg, model = _bounded_model(args, norm, "directions")
         n = sum(int(p.size) for p in model.parameters().values())
         forwards = 2 * args.directions * (len(model.parameters()) + 1) * len(steps)
-        estimate = _bounded_time(
-            args, model, forwards, "check fewer --directions (or --h steps)",
-            entries=2 * n * args.directions * len(steps), setups=len(steps),
+        timer = _timed(
+            args, model, batch, forwards, "check fewer --directions (or --h steps)",
+            entries=2 * n * args.directions * len(steps), setups=len(steps), steps=steps,
         )  # fmt: skip
-        clock = Clock(estimate)
         print(
             f"\n== {args.preset} encoder-decoder, {norm}-LN, N={cfg.N}, d_model={cfg.d_model}, "
             f"h={cfg.h}, {n:,} parameters in {len(model.parameters())} tensors, "
@@ -339,53 +294,66 @@ def run_directions(args) -> int:
             f"{args.dtype}, {args.directions} direction(s) per tensor"
         )
         if len(steps) > 1:
-            print(f"{'h':>8}  {'largest rel err':>15}  {'median':>8}  {'rows over tol':>13}  time")
-        for h in steps:
-            t0 = time.perf_counter()
-            bar = stage(
-                (len(model.parameters()) + 1) * args.directions,
-                "directions",
-                "direction",
-                bar=not args.no_progress,
+            ok = sweep(args, model, batch, steps, timer) and ok
+            continue
+        report = _directions(args, model, batch, steps[0], timer, retries=2)
+        print(f"step h = {steps[0]:g} (RMS per entry), {timer.took()}")
+        print(report.table())
+        ok = ok and report.passed
+        if not report.passed and args.dtype != "float64":
+            print(
+                f"{args.dtype} cannot resolve these gradients to --tol {args.tol:g} at h = "
+                f"{steps[0]:g} (rounding, about eps*|L|/h; several --h show the error by step "
+                "size): prove them in float64 (the default)"
             )
-            report = check_directions(
-                model, src, tgt_in, tgt_out, directions=args.directions, rng=args.seed + 1,
-                dtype=args.dtype, h=h, tol=args.tol, seed=args.seed, progress=clock.watch(bar),
-                retries=0 if len(steps) > 1 else 2,  # a sweep shows the first draw's error
-            )  # fmt: skip
-            bar.close()
-            dt = time.perf_counter() - t0
-            if len(steps) > 1:
-                errs = sorted(r.max_rel_error for r in report.rows)
-                bad = f"{len(report.failures())}/{len(errs)}"
-                print(
-                    f"{h:>8.0e}  {errs[-1]:>15.2e}  {errs[len(errs) // 2]:>8.1e}  {bad:>13}  "
-                    f"{dt:.1f} s"
-                )
-            else:
-                print(f"step h = {h:g} (RMS per entry), {clock.took()}")
-                print(report.table())
-            ok = ok and report.passed
-        if len(steps) > 1:
-            print(f"all steps: {clock.took()}")
     print("\ngradcheck:", "PASSED" if ok else "FAILED")
-    if not ok and args.dtype == "float32":
-        print(float32_why(steps, args.tol))
     return 0 if ok else 1
 
 
-def float32_why(steps, tol: float) -> str:
-    """Why a float32 check fails a float64 tolerance, with what to do instead."""
-    eps = 2.0**-23  # float32's relative rounding step (1.2e-7)
-    h = min(steps)
-    return (
-        f"why: float32 keeps about 7 significant digits (eps = {eps:.1e}), so each loss is "
-        f"off by up to about eps * |L|, and the difference quotient (L(+h) - L(-h)) / 2h by "
-        f"about eps * |L| / h = {eps / h:.0e} * |L| at h = {h:g}: more than a tolerance of "
-        f"{tol:g} of the directional derivatives, most of all the small ones. float32 cannot "
-        "prove a gradient to float64's tolerance: prove them in float64 (the default), and "
-        "use float32 with several --h to see where its rounding takes over"
+def _directions(args, model, batch, h: float, timer, retries: int):
+    """One directional check of ``model`` at step ``h``, its progress shown."""
+    rows = (len(model.parameters()) + 1) * args.directions
+    bar = stage(rows, "directions", "direction", bar=not args.no_progress)
+    report = check_directions(
+        model, *batch, directions=args.directions, rng=args.seed + 1, dtype=args.dtype, h=h,
+        tol=args.tol, seed=args.seed, progress=timer.watch(bar), retries=retries,
+    )  # fmt: skip
+    bar.close()
+    return report
+
+
+def sweep(args, model, batch, steps, timer) -> bool:
+    """The error by step size: per step the largest and the median error of the rows
+    (each row's first direction as drawn: no redrawing after a kink) and the rows over
+    the tolerance, the best step marked (the fewest rows over, then the smallest largest
+    error). True when some step passes; else one line says the dtype cannot resolve the
+    gradients to the tolerance at these steps."""
+    results, lines = [], []
+    for h in steps:
+        t0 = time.perf_counter()
+        report = _directions(args, model, batch, h, timer, retries=0)
+        errs = sorted(r.max_rel_error for r in report.rows)
+        results.append((len(report.failures()), errs[-1], h))
+        line = f"{h:>8.0e}  {errs[-1]:>15.2e}  {errs[len(errs) // 2]:>8.1e}"
+        lines.append(
+            line + f"  {f'{results[-1][0]}/{len(errs)}':>13}  {time.perf_counter() - t0:>5.1f} s"
+        )
+    bad, largest, best = min(results)
+    print(f"{'h':>8}  {'largest rel err':>15}  {'median':>8}  {'rows over tol':>13}  time")
+    for (_, _, h), line in zip(results, lines):
+        print(line + ("  <- best" if h == best else ""))
+    print(
+        f"best step: h = {best:g} ({bad} rows over --tol {args.tol:g}); all steps: {timer.took()}"
     )
+    if not bad:
+        return True
+    print(
+        f"{args.dtype} cannot resolve these gradients to --tol {args.tol:g} at any step tried "
+        f"(the best, h = {best:g}, leaves a largest error of {largest:.1e}: rounding, about "
+        "eps*|L|/h, falls as h grows, truncation, about h^2, rises)"
+        + (": prove them in float64 (the default)" if args.dtype != "float64" else "")
+    )
+    return False
 
 
 class UnknownParameterError(ScratchformerError):
@@ -458,12 +426,13 @@ def explain(args) -> int:
     _check_parameter_name(name, list(m.parameters()))
     n_entries = 8 if args.samples is None else args.samples
     size = int(m.parameters()[name].size)
-    estimate = _bounded_time(
-        args, m, 2 * (min(n_entries, size) or size), "check fewer entries (--samples)"
-    )
-    clock = Clock(estimate)
-    m.astype(xp.float64)  # the check runs in float64
     src, tgt_in, tgt_out = (backend.asarray(a) for a in demo_batch(args.vocab, args.seed))
+    h = args.h[0] if args.h else DEFAULT_H
+    timer = _timed(
+        args, m, (src, tgt_in, tgt_out), 2 * (min(n_entries, size) or size),
+        "check fewer entries (--samples)", steps=[h], names=[name],
+    )  # fmt: skip
+    m.astype(xp.float64)  # the check runs in float64
     drop_seed = args.seed + 1  # the same dropout masks in every evaluation
 
     def loss():
@@ -476,7 +445,6 @@ def explain(args) -> int:
     theta = m.parameters()[name]
     analytic = backend.asnumpy(m.gradients()[name]).reshape(-1)
     idx = sample_entries(int(theta.size), n_entries or None, backend.host_rng(args.seed))
-    h = args.h[0] if args.h else DEFAULT_H
     _print_explain_header(args, cfg, norm, theta, L0, len(idx), h)
     numeric = np.empty(len(idx))
     for j, i in enumerate(idx):
@@ -492,5 +460,5 @@ def explain(args) -> int:
             f"{numeric[j]:>13.6e} {a:>13.6e} {err:>9.1e} {rel:>9.1e}"
         )
     ok = _print_verdict(analytic[idx], numeric, args.tol)
-    print(f"time: {clock.took()}")
+    print(f"time: {timer.took()}")
     return 0 if ok else 1

@@ -19,7 +19,7 @@ from scratchformer.commands import COUNT, NONNEGATIVE, integer, number
 from scratchformer.decode import greedy_decode
 from scratchformer.models import Transformer
 from scratchformer.ops import sinusoidal_table
-from scratchformer.train.rundir import owned_file_of
+from scratchformer.train.rundir import FINAL_NAME, owned_file_of
 from scratchformer.viz import ATTENTION_MAPS, PlotError
 
 #: where the plots of no run go (a run's plots go into its directory): beside the runs,
@@ -52,7 +52,11 @@ def add_parser(sub) -> None:
         "encoder-decoder attention), one panel per layer and head, tokens on the axes. "
         "The decoder side is the model's own greedy output, or --target teacher-forced.",
     )
-    a.add_argument("checkpoint", help="a checkpoint .npz, or a run directory (its newest one)")
+    a.add_argument(
+        "checkpoint",
+        help="a checkpoint .npz, or a run directory (its final.npz; its newest checkpoint "
+        "while it has none)",
+    )
     a.add_argument("source", help="the source sentence (text, tokenized as in training)")
     a.add_argument("--target", help="teacher-force this target instead of decoding")
     a.add_argument(
@@ -74,7 +78,9 @@ def add_parser(sub) -> None:
     )
     q.add_argument("--d-model", type=integer(lo=2), default=512, help="width of the sinusoid table")
     q.add_argument("--positions", type=COUNT, default=100, help="number of positions drawn")
-    q.add_argument("--checkpoint", help="draw this model's table (checkpoint or run dir)")
+    q.add_argument(
+        "--checkpoint", help="draw this model's table (a checkpoint, or a run dir: its final.npz)"
+    )
     q.add_argument("--stack", choices=["encoder", "decoder"], default="encoder")
     q.add_argument(
         "-o",
@@ -133,12 +139,19 @@ def run_dir_of(path: Path) -> Path:
 
 
 def _checkpoint_path(path) -> Path:
-    """A checkpoint file, or the newest checkpoint of a run directory."""
+    """A checkpoint file; of a run directory (or its checkpoints/), the run's final model
+    (``final.npz``, as every command takes), or while the run has none (stopped before
+    its end), its newest checkpoint."""
     path = Path(path)
     if path.is_dir():
+        for folder in (path / "checkpoints", path):
+            if (folder / FINAL_NAME).is_file():
+                return folder / FINAL_NAME
         found = latest_checkpoint(path / "checkpoints") or latest_checkpoint(path)
         if found is None:
-            raise PlotError(f"no checkpoint_<step>.npz in {path} or {path / 'checkpoints'}")
+            raise PlotError(
+                f"no {FINAL_NAME} or checkpoint_<step>.npz in {path} or {path / 'checkpoints'}"
+            )
         return found
     if not path.exists():
         raise PlotError(f"no checkpoint file or run directory at {path}")

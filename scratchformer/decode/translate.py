@@ -65,7 +65,8 @@ CHUNK_SIZE = 2000
 
 
 #: a word, or a phrase of up to three words, this many times in a row marks an output
-#: that loops, as an undertrained model's do ("the earth the earth the earth ...")
+#: that loops ("the earth the earth the earth ..."), as a model's do on an input unlike
+#: its training data, or an undertrained model's
 LOOP_REPEATS = 5
 
 
@@ -88,7 +89,9 @@ def loop_hint(looping: int, total: int) -> str | None:
         return None
     return (
         f"note: {looping} of {total} outputs repeat a word or phrase {LOOP_REPEATS} or more "
-        "times in a row, the mark of an undertrained model: train it longer (--resume "
+        "times in a row. A model loops like this on input unlike its training data (other "
+        "words, lengths or language), and when it is undertrained: if its run's test "
+        "scores are good, the input is the likely cause; if not, train it longer (--resume "
         "--steps N continues its run)"
     )
 

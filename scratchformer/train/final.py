@@ -34,6 +34,23 @@ def averaging_window(found: list, last: int, step: int) -> list:
     return (recent or found[-1:])[-last:] if last >= 1 else []
 
 
+def no_average(ckpt_dir: Path, last: int, step: int) -> str:
+    """Why a run at ``step`` made no average (``average_model`` returned none), in words:
+    averaging is off, or the last ``AVERAGE_SPAN`` of the steps holds one checkpoint."""
+    if last < 1:
+        return "no average: averaging is off (train.average_last = 0)"
+    if last == 1:
+        return "no average: train.average_last = 1 takes the last checkpoint alone"
+    after = int((1 - AVERAGE_SPAN) * step)
+    found = list_checkpoints(ckpt_dir) if ckpt_dir.is_dir() else []
+    held = [s for s, _ in found if s > (1 - AVERAGE_SPAN) * step] or [step]
+    return (
+        f"no average: the average takes the checkpoints of the last {AVERAGE_SPAN:.0%} of the "
+        f"steps (after step {after}), and only step {held[-1]}'s was saved there: save more "
+        "often (--checkpoint-every) to have one"
+    )
+
+
 def average_model(task, config, ckpt_dir: Path, last: int, step: int, meta: dict):
     """The paper's checkpoint averaging: the mean of the checkpoints of ``ckpt_dir`` in
     the ``averaging_window``, saved as averaged.npz with ``meta`` (and the files
@@ -62,12 +79,15 @@ class Final:
     which: str = "last"
     nll: dict = field(default_factory=dict)
     path: Path | None = None
+    #: what the run's lines call the validation cross-entropy: "nll" beside a smoothed
+    #: "loss", or "loss" itself when the loss is not smoothed (the classifier, the LM)
+    name: str = "nll"
 
     def describe(self) -> str:
         """``the averaged model (dev nll 0.5851; last checkpoint 0.5903)``."""
         name = {"averaged": "the averaged model", "last": "the last checkpoint"}[self.which]
         other = "last" if self.which == "averaged" else "averaged"
-        scores = f"dev nll {self.nll[self.which]:.4f}" if self.which in self.nll else ""
+        scores = f"dev {self.name} {self.nll[self.which]:.4f}" if self.which in self.nll else ""
         if other in self.nll:
             label = "last checkpoint" if other == "last" else "averaged"
             scores += f"; {label} {self.nll[other]:.4f}"
@@ -75,15 +95,16 @@ class Final:
 
 
 def choose_final(task, model, averaged, *, step: int, train, valid: list, meta: dict,
-                 ckpt_dir: Path, world=None) -> Final:  # fmt: skip
+                 ckpt_dir: Path, world=None, name: str = "nll") -> Final:  # fmt: skip
     """The final model: the averaged one of ``averaged`` (``average_model``'s result) or
     the last checkpoint's ``model``, whichever has the lower validation cross-entropy
     (the average on a tie), judged by rank 0 as validation is (``train.eval_limit``
     examples; the last checkpoint's score is its validation record at ``step`` in
     ``valid`` when there is one), saved as ``final.npz`` with ``meta`` and the choice.
-    Every rank of ``world`` returns the choice."""
+    Every rank of ``world`` returns the choice; ``name``: what the run calls the
+    cross-entropy (``Final.name``)."""
     avg_model, avg_steps, _ = averaged
-    chosen = Final()
+    chosen = Final(name=name)
     if world is None or world.main:
 
         def nll(m):
@@ -188,8 +209,12 @@ def finish(trainer, valid: list):
     chosen = choose_final(
         trainer.task, trainer.model, average, step=trainer.step, train=t, valid=valid,
         meta=trainer.meta(), ckpt_dir=trainer.ckpt_dir, world=w,
+        name="nll" if trainer.smoothed else "loss",
     )  # fmt: skip
-    trainer.echo(f"final model: {chosen.describe()}")
+    why = ""
+    if average[0] is None and w.main:
+        why = "; " + no_average(trainer.ckpt_dir, t.average_last, trainer.step)
+    trainer.echo(f"final model: {chosen.describe()}{why}")
     test, examples = final_evaluation(
         trainer.task, trainer.model, average, chosen, step=trainer.step, train=t,
         seed=trainer.cfg.seed, show=Show(trainer.progress, trainer.echo), log=trainer.log,

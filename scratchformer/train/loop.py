@@ -49,13 +49,11 @@ classified), with the last checkpoint and with the average of the last
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
-from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from scratchformer import device, distributed
+from scratchformer import backend, device, distributed
 from scratchformer.checkpoint import (
     checkpoint_name,
     list_checkpoints,
@@ -310,8 +308,7 @@ class Trainer:
     def run(self, final_eval: bool = True) -> TrainResult:
         """Train to ``train.steps`` (or the time limit), validating and checkpointing on
         the way; then, with ``final_eval``, judge the test set."""
-        threads = self.cfg.train.threads
-        limits = threadpool_limits(threads, user_api="blas") if threads else nullcontext()
+        limits = backend.blas_threads(self.cfg.train.threads)
         try:
             with limits, Interrupts(self.world.main, self.world.size) as self.interrupts:
                 return self._run(final_eval)
@@ -329,8 +326,9 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_config(self.run_dir, cfg.to_dict())
         lines = report.header(
-            cfg, self.task, self.model, len(self.sampler), self.run_dir, self.world.size
-        )
+            cfg, self.task, self.model, len(self.sampler), self.run_dir, self.world.size,
+            self.seconds_before,
+        )  # fmt: skip
         for line in [*lines, *self.task.notes()]:  # the run, then what the data told
             self.echo(line)
         if self.step:
@@ -407,7 +405,8 @@ class Trainer:
                 # rank 0's clock
                 signum, time_up = agree(self.world, self.interrupts.signum, time_up)
                 if time_up:
-                    stopped = f"time limit of {t.time_limit:g} s reached after step {s}"
+                    more = " more" if self.seconds_before else ""  # as the plan said
+                    stopped = f"time limit of {t.time_limit:g} s{more} reached after step {s}"
                 last = s == t.steps or bool(stopped)
                 t_aside = time.perf_counter()
                 self._step_end(s, rec, last, bar, valid, t_start)

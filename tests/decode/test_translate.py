@@ -211,3 +211,5 @@ def test_the_loop_hint_counts_and_advises():
     hint = loop_hint(2, 9)
     assert hint.startswith("note: 2 of 9 outputs repeat a word or phrase 5 or more times")
     assert "undertrained" in hint and "--steps" in hint
+    # an unfamiliar input loops too: the note names both causes, and blames neither alone
+    assert "input unlike its training data" in hint and "mark of an undertrained" not in hint

@@ -363,7 +363,7 @@ def test_a_gradient_check_longer_than_an_hour_needs_force(refused, argv, says):
 )
 def test_every_kind_of_check_is_timed_and_runs_with_force(refused, capsys, monkeypatch, argv):
     """With a limit of a millisecond, each check is refused, and --force runs it."""
-    monkeypatch.setattr("scratchformer.commands.gradcheck.TIME_LIMIT", 1e-3)
+    monkeypatch.setattr("scratchformer.commands.gradcheck_clock.TIME_LIMIT", 1e-3)
     refused(["gradcheck", *argv, "--samples", "2"], "this check would take about", "--force")
     assert main(["gradcheck", *argv, "--samples", "2", "--force", "--no-progress"]) == 0
     assert "estimated time: about" in capsys.readouterr().out
@@ -379,9 +379,9 @@ def test_the_estimate_counts_every_pass_the_check_runs(capsys, monkeypatch):
     """A directional check of the tiny model: per norm, a copy, one forward and one
     backward pass for the analytic gradient, two forward passes per direction (one
     direction per tensor and one for all parameters), and every entry moved twice."""
-    from scratchformer.commands import gradcheck
+    from scratchformer.commands import gradcheck_clock as gradcheck
 
-    monkeypatch.setattr(gradcheck, "_pass_seconds", lambda model, dtype: (1.0, 2.0, 3.0))
+    monkeypatch.setattr(gradcheck, "probe", lambda *a: gradcheck.Probe(1.0, 2.0, 3.0))
     monkeypatch.setattr(gradcheck, "TIME_LIMIT", 1e9)
     assert main(["gradcheck", "--directions", "1", "--norm", "pre", "--no-progress"]) == 0
     out = capsys.readouterr().out
@@ -395,14 +395,19 @@ def test_the_estimate_counts_every_pass_the_check_runs(capsys, monkeypatch):
 
 
 def test_a_check_past_twice_its_estimate_says_so_once_and_shows_both_times(capsys, monkeypatch):
-    from scratchformer.commands import gradcheck
+    from scratchformer.commands import gradcheck_clock as gradcheck
 
-    monkeypatch.setattr(gradcheck, "_pass_seconds", lambda model, dtype: (0.0, 1e-9, 1e-9))
-    assert main(["gradcheck", "--norm", "post", "--samples", "3", "--no-progress"]) == 0
+    monkeypatch.setattr(gradcheck, "probe", lambda *a: gradcheck.Probe(0.0, 1e-9, 1e-9))
+    monkeypatch.setattr(gradcheck, "load_average", lambda: 0.0)  # no note before it starts
+    argv = ["gradcheck", "--norm", "post", "--samples", "3", "--no-progress"]
+    assert main(argv) == 0
     out, err = capsys.readouterr()
     assert err.count("note: this check has run more than twice its estimate") == 1
-    assert "OPENBLAS_NUM_THREADS=1" in err and len(err.strip().splitlines()) == 1
-    assert re.search(r"float64 \([\d.]+ (s|ms); estimated [\d.e-]+ s\)", out), out
+    assert "cores are likely busy" in err and len(err.strip().splitlines()) == 1
+    assert "--threads 1" not in err  # it runs on one thread already
+    assert re.search(r"float64 \([\d.]+ (s|ms); estimated [\d.e-]+ s(; .* of CPU time)?\)", out)
+    assert main([*argv, "--threads", "2"]) == 0
+    assert "give it one BLAS thread (--threads 1)" in capsys.readouterr().err
 
 
 def test_an_empty_explain_names_no_parameter(refused):

@@ -137,8 +137,20 @@ def test_every_task_runs_from_the_same_command_with_the_same_output(task, tmp_pa
     assert [line for line in steps if " | dev | " in line][0].startswith("step 3/6 | dev | loss")
     assert any(line.startswith("test set: ") for line in out)
     # checkpoints at steps 3 and 6: only step 6 lies in the last 20% of the run, so
-    # there is nothing to average and the last checkpoint is the final model
-    assert any(line.startswith("final model: the last checkpoint (dev nll ") for line in out)
+    # there is nothing to average, the last checkpoint is the final model, and the line
+    # says why; its score is named as the run's dev lines name it (nll beside a smoothed
+    # loss; the loss itself when it is not smoothed: the classifier's and the LM's)
+    dev = [line for line in steps if " | dev | " in line]
+    name = "nll" if all(" | nll " in line for line in dev) else "loss"
+    assert name == ("loss" if task in ("lm", "classify") else "nll")
+    ending = [line for line in out if line.startswith("final model: ")]
+    assert len(ending) == 1
+    assert ending[0].startswith(f"final model: the last checkpoint (dev {name} ")
+    assert ending[0].endswith(
+        "; no average: the average takes the checkpoints of the last 20% of the steps (after "
+        "step 4), and only step 6's was saved there: save more often (--checkpoint-every) to "
+        "have one"
+    )
     assert any(
         line.startswith("  last checkpoint (step 6): ") and line.endswith("<- the final model")
         for line in out

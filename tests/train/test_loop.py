@@ -4,6 +4,7 @@ checks what holds for every task.)"""
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 
@@ -238,6 +239,23 @@ def test_a_progress_line_shows_the_runs_clock_and_the_time_left():
         "  training: 30/100 (0:10:20, about 0:01:10 left)"
     )
     assert progress_line(30, 10, 100, 20.0, 600.0, limit).endswith("(0:10:20, about 0:00:30 left)")
+
+
+def test_a_resumed_run_s_plan_says_its_time_limit_is_of_this_session(tmp_path):
+    """The time limit counts this process's training: a run resumed past it says "at
+    most S s more" and how long it trained before, never "at most S s" alone; a fresh
+    run says "at most S s"."""
+    first, again = [], []
+    cfg = small_config(tmp_path, time_limit=1e-9, eval_every=0)
+    assert train(cfg, progress=False, echo=first.append, final_eval=False).step == 1
+    res = train(cfg, resume="latest", progress=False, echo=again.append, final_eval=False)
+    assert res.step == 2 and res.stopped == "time limit of 1e-09 s more reached after step 2"
+    plan = [line for line in first if line.startswith("plan: ")]
+    assert plan and ", at most 1e-09 s, " in plan[0]
+    plan = [line for line in again if line.startswith("plan: ")]
+    assert plan and re.search(
+        r", at most 1e-09 s more \(the run trained \d+:\d\d:\d\d before this resume\), ", plan[0]
+    )
 
 
 def test_run_writes_metrics_checkpoints_and_evaluates(tmp_path):

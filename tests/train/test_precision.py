@@ -143,3 +143,25 @@ def test_the_setting_is_checked_where_it_enters(tmp_path):
     with pytest.raises(ConfigError, match="train.loss_scale must be a positive"):
         small_config(tmp_path, **MIXED, loss_scale=0.0)
     assert TrainConfig.default().train.precision == "float32"  # off by default
+
+
+def test_a_float16_run_on_numpy_says_once_that_it_is_emulated_and_slower(tmp_path):
+    """On NumPy float16 is emulated: the header says so once, with what a step costs
+    against float32 (a measured figure); a float32 run says nothing of it, and on CuPy
+    (real float16 products) the note is left out."""
+    from scratchformer.train.report import FLOAT16_ON_NUMPY, precision_note
+
+    lines = []
+    train(small_config(tmp_path / "a", steps=2, **MIXED), progress=False, echo=lines.append,
+          final_eval=False)  # fmt: skip
+    said = [line for line in lines if "float16 on NumPy is emulated" in line]
+    assert len(said) == 1 and f"about {FLOAT16_ON_NUMPY:g}x float32's" in said[0]
+    assert lines.index(said[0]) == 1 + next(
+        i for i, line in enumerate(lines) if line.startswith("precision: float16 activations")
+    )
+    lines.clear()
+    train(small_config(tmp_path / "b", steps=2), progress=False, echo=lines.append,
+          final_eval=False)  # fmt: skip
+    assert not [line for line in lines if line.startswith(("precision:", "  float16 on NumPy"))]
+    loop = TrainConfig.from_dict({"train": MIXED}).train
+    assert len(precision_note(loop, "numpy")) == 2 and len(precision_note(loop, "cupy")) == 1

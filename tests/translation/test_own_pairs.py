@@ -7,7 +7,9 @@ chosen from the data and printed, with the unigram baseline the dev loss must be
   baseline;
 - the split: the same file always splits the same way, every pair lands in one split;
 - a vocabulary size SentencePiece cannot make of the data, given by hand, is refused in
-  one line naming task.vocab_size and the bound.
+  one line naming task.vocab_size and the bound;
+- the two length limits a run prints, the pairs kept and the model's positions, each
+  under its own name (task.max_len, model.max_len).
 """
 
 import re
@@ -15,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from task_data import corpus
+from task_data import corpus, write_translation
 
 from scratchformer.data.bible_pairs import split_pairs
 from scratchformer.data.pairs import vocabulary_for
@@ -68,7 +70,8 @@ def test_the_recipe_on_200_pairs_chooses_its_sizes_and_beats_the_unigram_baselin
     assert run.returncode == 0, run.stderr + out[-2000:]
     vocab = re.search(r"chosen from the data: vocabulary (\d+) \((\d+) characters and ", out)
     assert vocab, out
-    small = r"N=2, d_model=128, h=4, d_ff=512, P_drop=0\.3, eps_ls=0\.1, max_len=\d+"
+    small = r"N=2, d_model=128, h=4, d_ff=512, P_drop=0\.3, eps_ls=0\.1, "
+    small += r"model\.max_len=\d+ positions"
     model = re.search(rf"chosen from the data: model {small} \(([\d,]+) target tokens", out)
     assert model, out
     assert f"vocabulary {vocab.group(1)}" in out.split("training pairs: ")[1].splitlines()[0]
@@ -133,3 +136,21 @@ def test_a_model_far_larger_than_its_data_is_named_in_a_note(tmp_path):
     task = TASKS["translate"](cfg.task)
     task.configure({"preset": "data"}, cfg.seed)
     assert not any(n.startswith("note: d_model") for n in task.notes())
+
+
+def test_the_pairs_left_out_and_the_model_s_positions_are_two_names(tmp_path):
+    """``task.max_len`` (the longest side of a training pair kept) and ``model.max_len``
+    (the model's positions) are printed on consecutive lines, each by its own name."""
+    data = write_translation(tmp_path / "data")
+    run = scratchformer(
+        "train", "--config", "pairs", "--data-dir", data, "--set", "task.max_len=20",
+        "--steps", "1", "--no-test", "--no-progress", "--run-dir", tmp_path / "run",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    left = next(i for i, line in enumerate(lines) if line.startswith("left out "))
+    assert "with a side longer than task.max_len=20 BPE tokens" in lines[left]
+    model = next(line for line in lines if line.startswith("chosen from the data: model "))
+    assert re.search(r", model\.max_len=\d+ positions \(", model), model
+    assert " max_len=" not in model.replace("model.max_len=", "")

@@ -43,9 +43,12 @@ def model_for(target_tokens: int, longest_source: int, longest: int) -> tuple[di
 
 
 def describe(config) -> str:
-    """``N=2, d_model=128, h=4, d_ff=512, P_drop=0.3, eps_ls=0.1, max_len=160``."""
-    keys = ("N", "d_model", "h", "d_ff", "P_drop", "eps_ls", "max_len")
-    return ", ".join(f"{k}={getattr(config, k)}" for k in keys)
+    """``N=2, d_model=128, h=4, d_ff=512, P_drop=0.3, eps_ls=0.1, model.max_len=160
+    positions``: the positions named in full, apart from the task's ``task.max_len`` (the
+    longest training pair kept, in tokens), which a run may print beside it."""
+    keys = ("N", "d_model", "h", "d_ff", "P_drop", "eps_ls")
+    sizes = ", ".join(f"{k}={getattr(config, k)}" for k in keys)
+    return f"{sizes}, model.max_len={config.max_len} positions"
 
 
 __all__ = ["DECODE_ROOM", "TIERS", "describe", "model_for"]

@@ -232,8 +232,8 @@ class TranslateTask(Seq2SeqTask):
         if self.data.dropped:
             lines.append(
                 f"left out {self.data.dropped} training pair{'s' if self.data.dropped != 1 else ''}"
-                f" longer than task.max_len="
-                f"{self.settings.max_len} tokens"
+                f" with a side longer than task.max_len={self.settings.max_len} BPE tokens "
+                "(the pairs trained on; the model's positions are model.max_len)"
             )
         for chosen in (self.data.chosen, self.fitted):
             if chosen:
