@@ -75,6 +75,17 @@ def check_length(length: int, max_len: int, name: str) -> None:
         )
 
 
+def check_ids(ids, vocab_size: int, max_len: int, name: str, dims: str = "(B, L)"):
+    """Token ids where they enter a model: a (B, L) integer array with 1 <= L <= ``max_len``
+    and every id in [0, ``vocab_size``). Returns them on the active backend (host ids are
+    checked before they move)."""
+    check_rank(ids, 2, name, dims)
+    check_length(ids.shape[1], max_len, name)
+    if ids.shape[1] == 0:
+        raise ShapeError(f"{name} is empty (length 0)")
+    return check_token_ids(ids, vocab_size, name)
+
+
 def check_same_batch(a, b, name_a: str, name_b: str) -> None:
     """Two (B, ...) arrays must agree on the batch size."""
     if a.shape[0] != b.shape[0]:

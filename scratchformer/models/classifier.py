@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from scratchformer import backend, device
 from scratchformer.backend import xp
-from scratchformer.errors import ShapeError, check_length, check_rank, check_token_ids
+from scratchformer.errors import ShapeError, check_ids, check_rank, check_token_ids
 from scratchformer.models.config import TransformerConfig
 from scratchformer.models.transformer import padding_mask
 from scratchformer.nn.layers import Dropout, Embedding, Linear
@@ -94,17 +94,9 @@ class EncoderClassifier(Module):
         self.encoder = Encoder(cfg, cfg.N, rng)
         self.head = ClassificationHead(cfg.d_model, num_classes, cfg.P_drop, rng)
 
-    def check_ids(self, ids, name="ids"):
-        """The checked ids, on the active backend (host ids are checked before they move)."""
-        check_rank(ids, 2, name, "(B, S)")
-        check_length(ids.shape[1], self.config.max_len, name)
-        if ids.shape[1] == 0:
-            raise ShapeError(f"{name} is empty (length 0)")
-        return check_token_ids(ids, self.config.vocab_size, name)
-
     def forward(self, ids, rng=None):
         """ids (B, S) int  ->  logits (B, C), cache. ``rng`` turns dropout on."""
-        ids = self.check_ids(ids)
+        ids = check_ids(ids, self.config.vocab_size, self.config.max_len, "ids", "(B, S)")
         device.check_generator(rng)
         x, c_emb = self.embed.forward(ids)  # (B, S, D)
         h, c_enc = self.encoder.forward(x, padding_mask(ids, self.config.pad_id), rng)

@@ -22,7 +22,7 @@ import math
 from typing import NamedTuple
 
 from scratchformer import backend, device
-from scratchformer.errors import ShapeError, check_length, check_rank, check_token_ids
+from scratchformer.errors import ShapeError, check_ids, check_rank, check_token_ids
 from scratchformer.models.config import TransformerConfig
 from scratchformer.models.transformer import padding_mask
 from scratchformer.nn.kv import DecodeStateError, KVCache
@@ -54,14 +54,6 @@ class LanguageModel(Module):
         self.embed = Embedding(cfg.vocab_size, cfg.d_model, cfg.pad_id, math.sqrt(cfg.d_model), rng)
         self.decoder = CausalStack(cfg, cfg.N, rng)
 
-    def check_ids(self, ids, name="ids"):
-        """The checked ids, on the active backend (host ids are checked before they move)."""
-        check_rank(ids, 2, name, "(B, T)")
-        check_length(ids.shape[1], self.config.max_len, name)
-        if ids.shape[1] == 0:
-            raise ShapeError(f"{name} is empty (length 0)")
-        return check_token_ids(ids, self.config.vocab_size, name)
-
     def mask(self, ids):
         """Self-attention mask: (B, 1, 1, T), True at real tokens; the stack's attention
         is causal and adds the causal part itself (local attention its band)."""
@@ -69,7 +61,7 @@ class LanguageModel(Module):
 
     def forward(self, ids, rng=None):
         """ids (B, T) int  ->  logits (B, T, V), cache. ``rng`` turns dropout on."""
-        ids = self.check_ids(ids)
+        ids = check_ids(ids, self.config.vocab_size, self.config.max_len, "ids", "(B, T)")
         device.check_generator(rng)
         x, c_emb = self.embed.forward(ids)  # (B, T, D), scaled
         h, c_dec = self.decoder.forward(x, self.mask(ids), rng)

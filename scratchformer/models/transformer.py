@@ -22,7 +22,7 @@ from typing import NamedTuple
 from scratchformer import backend, device
 from scratchformer.errors import (
     ShapeError,
-    check_length,
+    check_ids,
     check_rank,
     check_same_batch,
     check_token_ids,
@@ -86,19 +86,12 @@ class Transformer(Module):
         self.decoder = Decoder(cfg, cfg.N_dec, rng)
 
     # -- input checks -------------------------------------------------------------------
-    def _check_ids(self, ids, name, vocab):
-        """The checked ids, on the active backend (host ids are checked before they move)."""
-        check_rank(ids, 2, name, "(B, L)")
-        check_length(ids.shape[1], self.config.max_len, name)
-        if ids.shape[1] == 0:
-            raise ShapeError(f"{name} is empty (length 0)")
-        return check_token_ids(ids, vocab, name)
-
     def check_inputs(self, src, tgt_in, tgt_out=None):
         """``(src, tgt_in, tgt_out)`` checked and on the active backend: where host
         inputs enter the model, whoever calls it (the trainer passes host batches)."""
-        src = self._check_ids(src, "src", self.config.src_vocab)
-        tgt_in = self._check_ids(tgt_in, "tgt_in", self.config.vocab_size)
+        cfg = self.config
+        src = check_ids(src, cfg.src_vocab, cfg.max_len, "src", "(B, S)")
+        tgt_in = check_ids(tgt_in, cfg.vocab_size, cfg.max_len, "tgt_in", "(B, T)")
         check_same_batch(src, tgt_in, "src", "tgt_in")
         if tgt_out is not None:
             check_rank(tgt_out, 2, "tgt_out", "(B, T)")
@@ -156,7 +149,7 @@ class Transformer(Module):
 
         Equal to ``encode(src)[0:2]``, keeping no caches. Checks ids and length first.
         """
-        src = self._check_ids(src, "src", self.config.src_vocab)
+        src = check_ids(src, self.config.src_vocab, self.config.max_len, "src", "(B, S)")
         src_mask = padding_mask(src, self.config.pad_id)
         x = self.src_embed.forward(src)[0]  # (B, S, D), already scaled
         return self.encoder.infer(x, src_mask), src_mask

@@ -157,17 +157,18 @@ class AddNormCache(NamedTuple):
     exit: object  # exit: the add_norm_exit's cache (dropout, residual, LayerNorm if post)
 
 
-class AddNorm(Module):
+class AddNorm(LayerNorm):
     """The paper's "Add & Norm" around a sub-layer, post-LN or pre-LN.
 
     post-LN (the paper):  y = LayerNorm(x + Dropout(Sublayer(x)))
     pre-LN:               y = x + Dropout(Sublayer(LayerNorm(x)))
 
-    It owns the LayerNorm's ``gamma`` and ``beta`` (D,) and the dropout rate, and
-    applies the layer-norm op on the side the variant puts it: ``enter`` is the
-    LayerNorm (pre-LN) or nothing; ``exit`` is the seam's ``add_norm_exit`` (dropout,
-    the residual add, and the LayerNorm for post-LN: one fused kernel where there is
-    one). Used in two steps around the sub-layer so that any sub-layer fits:
+    It is the LayerNorm of its Add & Norm (``gamma`` and ``beta`` (D,), its forward and
+    backward inherited, here named ``_norm`` and ``_norm_backward``) with the dropout
+    rate, the residual add and the side the variant puts the norm on: ``enter`` is the
+    LayerNorm (pre-LN) or nothing; ``exit`` is the op ``add_norm_exit`` (dropout, the
+    residual add, and the LayerNorm for post-LN: one fused kernel where there is one).
+    Used in two steps around the sub-layer so that any sub-layer fits:
 
         s_in, c_in = addnorm.enter(x)               # LayerNorm(x) (pre) or x (post)
         s, c_s = sublayer(s_in)
@@ -178,21 +179,12 @@ class AddNorm(Module):
     """
 
     def __init__(self, d_model: int, P_drop: float, norm_first: bool, eps: float = 1e-5):
-        super().__init__()
-        self.eps = eps
+        super().__init__(d_model, eps)
         self.norm_first = norm_first
-        self.add_parameter("gamma", ones(d_model))
-        self.add_parameter("beta", zeros(d_model))
         self.dropout = Dropout(P_drop)
 
-    def _norm(self, x):
-        return layernorm.forward(x, self.params["gamma"], self.params["beta"], self.eps)
-
-    def _norm_backward(self, dout, cache):
-        dx, dgamma, dbeta = layernorm.backward(dout, cache)
-        self.grads["gamma"] += dgamma
-        self.grads["beta"] += dbeta
-        return dx
+    #: the LayerNorm's own passes, by the names the Add & Norm code (and exercise) uses
+    _norm, _norm_backward = LayerNorm.forward, LayerNorm.backward
 
     def enter(self, x):
         if self.norm_first:

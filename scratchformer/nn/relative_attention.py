@@ -23,8 +23,32 @@ from scratchformer.ops.attention import attention_core
 from scratchformer.ops.relative_attention import shaw_logits, shaw_values, skew_logits
 
 
+class RelativeAttentionBase(MultiHeadAttention):
+    """What both relative variants share: the largest distance ``k``
+    (``max_relative_position``, a config key) and their learned tables of relative
+    embeddings, declared by each variant as ``tables(k) -> {name: (scale, shape)}`` and
+    drawn from ``N(0, scale^2)`` in that order."""
+
+    config_keys = ("max_relative_position",)
+
+    def __init__(self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None,
+                 causal: bool | None = None, max_relative_position: int = 16):
+        rng = rng or backend.host_rng(0)
+        causal = self.causal_only if causal is None else causal
+        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng, causal)
+        k = int(max_relative_position)
+        if k < 1:
+            raise ValueError(f"max_relative_position must be >= 1, got {k}")
+        self.max_relative_position = k
+        for name, (scale, shape) in self.tables(k).items():
+            self.add_parameter(name, normal(rng, scale, shape))
+
+    def tables(self, k: int) -> dict:
+        raise NotImplementedError
+
+
 @register_attention
-class RelativeMultiHeadAttention(MultiHeadAttention):
+class RelativeMultiHeadAttention(RelativeAttentionBase):
     """Shaw et al. (2018): relative distances clipped to +-k, learned key and value
     embeddings ``E_k`` (2k+1, Dh) and ``E_v`` (2k+1, Dv), shared by the heads.
 
@@ -34,18 +58,10 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     """
 
     kind = "relative"
-    config_keys = ("max_relative_position",)
 
-    def __init__(self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None,
-                 causal: bool = False, max_relative_position: int = 16):  # fmt: skip
-        rng = rng or backend.host_rng(0)
-        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng, causal)
-        k = int(max_relative_position)
-        if k < 1:
-            raise ValueError(f"max_relative_position must be >= 1, got {k}")
-        self.max_relative_position = k
-        self.add_parameter("E_k", normal(rng, self.d_k**-0.5, (2 * k + 1, self.d_k)))
-        self.add_parameter("E_v", normal(rng, self.d_v**-0.5, (2 * k + 1, self.d_v)))
+    def tables(self, k: int) -> dict:
+        return {"E_k": (self.d_k**-0.5, (2 * k + 1, self.d_k)),
+                "E_v": (self.d_v**-0.5, (2 * k + 1, self.d_v))}
 
     def logits(self, Q, K, offset: int = 0):
         return shaw_logits.forward(Q, K, self.params["E_k"], offset)
@@ -67,7 +83,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
 
 @register_attention
-class SkewMultiHeadAttention(MultiHeadAttention):
+class SkewMultiHeadAttention(RelativeAttentionBase):
     """Music Transformer relative attention (Huang et al., 2018) with the skew trick.
 
     ``Z = s (Q K^T + Skew(Q Er_L^T))``: one learned ``E_r`` (H, k+1, Dh) per layer, row d
@@ -79,17 +95,9 @@ class SkewMultiHeadAttention(MultiHeadAttention):
 
     kind = "relative_skew"
     causal_only = True
-    config_keys = ("max_relative_position",)
 
-    def __init__(self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None,
-                 causal: bool = True, max_relative_position: int = 16):  # fmt: skip
-        rng = rng or backend.host_rng(0)
-        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng, causal)
-        k = int(max_relative_position)
-        if k < 1:
-            raise ValueError(f"max_relative_position must be >= 1, got {k}")
-        self.max_relative_position = k
-        self.add_parameter("E_r", normal(rng, self.d_k**-0.5, (h, k + 1, self.d_k)))
+    def tables(self, k: int) -> dict:
+        return {"E_r": (self.d_k**-0.5, (self.h, k + 1, self.d_k))}
 
     def logits(self, Q, K, offset: int = 0):
         return skew_logits.forward(Q, K, self.params["E_r"], offset)

@@ -52,8 +52,8 @@ def test_error_classes_form_one_hierarchy():
 @pytest.mark.parametrize(
     "src, match",
     [
-        ([5, 6, 7], r"src must have shape \(B, L\) \(rank 2\), got \(3,\)"),
-        ([[[5, 6, 7]]], r"src must have shape \(B, L\)"),
+        ([5, 6, 7], r"src must have shape \(B, S\) \(rank 2\), got \(3,\)"),
+        ([[[5, 6, 7]]], r"src must have shape \(B, S\)"),
     ],
     ids=["rank1", "rank3"],
 )
@@ -65,7 +65,7 @@ def test_src_of_wrong_rank(model, src, match):
 
 def test_tgt_in_of_wrong_rank(model):
     """tgt_in must be (B, T)."""
-    with pytest.raises(ShapeError, match=r"tgt_in must have shape \(B, L\)"):
+    with pytest.raises(ShapeError, match=r"tgt_in must have shape \(B, T\)"):
         model.forward(arr(SRC), arr([1, 4, 5]))
 
 
