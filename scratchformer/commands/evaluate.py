@@ -28,7 +28,7 @@ from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.commands import NONNEGATIVE, add_decoding_flags, check_lengths, plural
 from scratchformer.compat import task_of
 from scratchformer.data.bible_pairs import read_pairs
-from scratchformer.data.text import LineLimit
+from scratchformer.data.text import LineLimit, check_data_set
 from scratchformer.decode import translate
 from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked, loop_hint, loops
 from scratchformer.errors import ScratchformerError
@@ -101,6 +101,7 @@ def run(args) -> int:
             suffix="text",
             protected=owned_file_of,
         )
+    check_data_set(Path(data_dir), [path.name], "pairs")
     pairs = read_pairs(path, LineLimit(ckpt.config.max_len))
     _check_the_data_fits(ckpt, tok, pairs, path, args.checkpoint)
     if args.limit:

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from scratchformer.commands import COUNT, plural
+from scratchformer.commands.folders import refuse_owned_folder
 from scratchformer.errors import ConfigError
 from scratchformer.exercises import EXERCISES, exercise, files, isolate, training
 from scratchformer.exercises.grade import PASSING, report
@@ -117,8 +118,9 @@ def _folder(args) -> Path:
     called exercises), the folder itself."""
     where = Path(args.dir)
     if args.dir == files.DEFAULT_DIR and not where.exists() and Path.cwd().name == args.dir:
-        return files.folder(".")
-    return files.folder(args.dir)
+        where = Path(".")
+    refuse_owned_folder(where, "--dir", "your exercises", allowed="exercises")
+    return files.folder(where)
 
 
 def run_list(args) -> int:

@@ -33,7 +33,7 @@ from pathlib import Path
 from scratchformer import backend, memory, writer
 from scratchformer.data.bible_pairs import read_pairs
 from scratchformer.data.bpe import BPEError, BPETokenizer
-from scratchformer.data.text import NO_MODEL, LineLimit
+from scratchformer.data.text import NO_MODEL, LineLimit, check_data_set
 from scratchformer.data.tokenizers import CharTokenizer, Tokenizer, tokenizer_from_dict
 from scratchformer.data.vocab import SPECIALS, Vocab
 from scratchformer.errors import ScratchformerError, need
@@ -219,6 +219,7 @@ def translation_pairs(
     if max_len < 1:
         raise DataError(f"task.max_len must be >= 1, got {max_len}")
     d = Path(data_dir)
+    check_data_set(d, [f"{s}.tsv" for s in ("train", "dev", "test")], "pairs")
     train, valid, test = (read_pairs(d / f"{s}.tsv", lines) for s in ("train", "dev", "test"))
     chosen = ""
     if vocab_size == 0:
