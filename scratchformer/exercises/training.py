@@ -190,7 +190,8 @@ def compare(yours: Run, engine: Run, steps: int) -> list[str]:
     for i, r in enumerate(mine):
         if i % every == 0 or i == len(mine) - 1:
             other = theirs.get(r["step"], {}).get("loss", float("nan"))
-            lines.append(f"  {r['step']:>6}  {r['loss']:>9.4f}  {other:>9.4f}")
+            mine_loss = r.get("loss", float("nan"))  # none when every step was skipped
+            lines.append(f"  {r['step']:>6}  {mine_loss:>9.4f}  {other:>9.4f}")
     a, b = yours.accuracy, engine.accuracy
     if a is not None and b is not None:
         lines.append(
