@@ -371,3 +371,44 @@ def test_a_ctrl_c_while_the_files_are_renamed_waits_until_all_are(tmp_path, monk
     monkeypatch.undo()
     assert writer.check_manifest(d, NAMES).problem == ""
     assert sorted(p.name for p in d.iterdir()) == ["dev.tsv", "manifest.json", "train.tsv"]
+
+
+# -- the ledger: an edit is seen however its times were set; it never fails a command --------
+def test_an_edit_that_keeps_the_size_and_sets_the_time_back_is_seen(tmp_path):
+    """``touch -r``: the same size, the modification time set back; the change time (which
+    no user sets) and, under 1 MB, the content hash still tell."""
+    out = tmp_path / "hyp.txt"
+    writer.write_text(out, "abc\n", role="translate --output")
+    assert writer.written_as(out) == "translate --output"
+    st = out.stat()
+    with open(out, "r+") as f:  # the user's edit, in place: same size
+        f.write("xyz")
+    os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert out.stat().st_size == st.st_size and out.stat().st_mtime_ns == st.st_mtime_ns
+    assert writer.written_as(out) is None
+    with pytest.raises(writer.WriteError, match="exists .*pass --overwrite"):
+        writer.Plan("translate").output(out, "translate --output")
+
+
+def test_an_unwritable_or_full_ledger_never_fails_a_command_after_its_output(tmp_path, monkeypatch):
+    """The output is written and the command goes on; the file then counts as no one's
+    (an existing output needs --overwrite). A ledger that is not a regular file (here
+    /dev/full, which reads as endless zeros) is never read."""
+    import errno
+
+    state = tmp_path / "state" / "scratchformer"
+    state.mkdir(parents=True)
+    (state / "written.json").symlink_to("/dev/full")
+    out = tmp_path / "a.txt"
+    writer.write_text(out, "a\n", role="plot schedule")
+    assert out.read_text() == "a\n" and writer.written_as(out) is None
+    (state / "written.json").unlink()
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    writer.write_text(out, "b\n", role="plot schedule")  # remembered
+    monkeypatch.setattr(os, "pwrite", full)
+    writer.write_text(out, "c\n", role="plot schedule")  # the ledger's disk is full
+    monkeypatch.undo()
+    assert out.read_text() == "c\n" and writer.written_as(out) is None

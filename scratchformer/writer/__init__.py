@@ -8,9 +8,9 @@ before any work is done, and written atomically:
   input) is refused, ``--overwrite`` or not;
 - **never a foreign file.** An existing file may be replaced only when the program wrote
   it earlier for the same output (a re-run of ``plot``, ``average -o``, ``translate
-  --output``): the ledger remembers, by identity, size and modification time, the files
-  written for each output role; any other existing file needs ``--overwrite``, and the
-  refusal names both paths;
+  --output``): the ledger remembers, by identity, size, modification and change times
+  (and a content hash under 1 MB), the files written for each output role; any other
+  existing file needs ``--overwrite``, and the refusal names both paths;
 - **never out of the folder it owns.** A file of a run, data or exercises folder is never
   written through a symlink that leads out of that folder; a log appended to in place
   that has another name (a hard link) gets a copy of its own first, and a lock file,
@@ -26,7 +26,7 @@ before any work is done, and written atomically:
 
 The ledger is one JSON file in ``$XDG_STATE_HOME/scratchformer`` (``~/.local/state``);
 where it cannot be read or written, no file counts as the program's, and an existing
-output needs ``--overwrite``. Files in a folder the program owns (a run directory, a data
+output needs ``--overwrite`` (a command whose output is written never fails for it). Files in a folder the program owns (a run directory, a data
 set's folder, the exercises folder) are judged by that folder's rules instead (a run's
 lock and config, a data command's comparison of content).
 
