@@ -26,9 +26,10 @@ before any work is done, and written atomically:
 
 The ledger is one JSON file in ``$XDG_STATE_HOME/scratchformer`` (``~/.local/state``);
 where it cannot be read or written, no file counts as the program's, and an existing
-output needs ``--overwrite`` (a command whose output is written never fails for it). Files in a folder the program owns (a run directory, a data
-set's folder, the exercises folder) are judged by that folder's rules instead (a run's
-lock and config, a data command's comparison of content).
+output needs ``--overwrite`` (a command whose output is written never fails for it).
+Files in a folder the program owns (a run directory, a data set's folder, the exercises
+folder) are judged by that folder's rules instead (a run's lock and config, a data
+command's comparison of content, a data set's manifest).
 
 Its parts: ``ledger`` (what a path is, and which files the program wrote), ``plan``
 (a command's outputs, checked before any work), ``atomic`` (the steps of one write, the
