@@ -104,6 +104,14 @@ def add_parser(sub) -> None:
     )
     q.add_argument("--steps", type=COUNT, help="optimizer steps of both runs (default 3000)")
     q.add_argument(
+        "--time-limit",
+        type=float,
+        default=isolate.DEFAULT_LIMIT,
+        metavar="SECONDS",
+        help="stop your code of one exercise's check after this long "
+        f"(default {isolate.DEFAULT_LIMIT:g}; a busy machine may need more)",
+    )
+    q.add_argument(
         "--set",
         action="append",
         default=[],
@@ -279,7 +287,7 @@ def run_train(args) -> int:
         set_dotted(d, key, override_value(key, text))
         sets.append((d, f"--set {item}"))
     v, yours, engine, _ = training.train_both(
-        _folder(args), args.steps, sets, progress=not args.no_progress
+        _folder(args), args.steps, sets, progress=not args.no_progress, limit=args.time_limit
     )
     if yours is not None and engine is not None:  # a demonstration: it decides nothing
         steps = yours.losses[-1][0] if yours.losses else 0

@@ -56,11 +56,7 @@ from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from scratchformer import device, distributed
-from scratchformer.checkpoint import (
-    checkpoint_name,
-    list_checkpoints,
-    save_checkpoint,
-)
+from scratchformer.checkpoint import checkpoint_name, list_checkpoints, save_checkpoint
 from scratchformer.data.batching import TokenBatchSampler
 from scratchformer.errors import Interrupted, TrainingDiverged
 from scratchformer.progress import clock, terminal
@@ -288,20 +284,18 @@ class Trainer:
     def _check_steps(self, at_record: bool = False) -> list:
         """Read the losses of the steps since the last check (one transfer; see
         ``Window.flush``) and stop the run if one, or the last gradient norm, is not
-        finite, or (mixed precision, ``overflow_problem``) its steps overflow float16:
-        the loss scale below its floor, or (``at_record``) too many of the window's
-        steps skipped. Returns them, ``[(step, loss, nll, norm)]``; the run's ``losses``
-        grow by them."""
+        finite, or its steps overflow float16 (``overflow_problem``; ``at_record``: the
+        window's share too). Returns them, ``[(step, loss, nll, norm)]``; the run's
+        ``losses`` grow by them."""
         read = self.window.flush(self.world)
         self.losses += [(s, loss) for s, loss, _, _, skipped, _ in read if not skipped]
         problem = self.divergence.judge(read)
         if problem:
             self._diverged(*problem)
         scale = self.stepper.loss_scale() if read else None
-        if scale is not None:
-            why = overflow_problem(self.window, scale, self.cfg.train, at_record)
-            if why:
-                self._diverged(why, read[-1][0], True)
+        why = scale is not None and overflow_problem(self.window, scale, self.cfg.train, at_record)
+        if why:
+            self._diverged(why, read[-1][0], True)
         self.checked_step = self.step
         return read
 

@@ -369,6 +369,7 @@ class Spy:
 
 import scratchformer  # the package first, as the script's import does
 
+sys.modules.pop("signal", None)  # looked up by __main__ even where start-up loaded it
 sys.meta_path.insert(0, Spy())
 import scratchformer.__main__
 """
