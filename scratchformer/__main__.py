@@ -5,17 +5,19 @@ command's own handling of Ctrl-C begins. From the first line of ``main`` until t
 Ctrl-C ends the program at once in one line with the shell's code for it (130): nothing
 has been written yet, and an exception raised into an import would come out of NumPy
 wrapped in a long ImportError. Once the command has returned, Ctrl-C is ignored: there
-is nothing left to stop, and the exit code is the command's. The package's ``__init__``
-and this module import nothing heavy, so only Python's own start-up comes before the
-guard.
+is nothing left to stop, and the exit code is the command's. The guard goes in as this
+module is imported, through the C ``_signal`` module (``signal`` builds enums first),
+and the package's ``__init__`` imports nothing: what comes before it is Python's own
+start-up, the environment's ``site`` and ``.pth`` files (an editable install's finder
+takes some 20 ms), where a Ctrl-C is Python's to report.
 
 A standard stream closed by the shell (``<&-``, ``>&-``, ``2>&-``) is given /dev/null at
 its descriptor, so that no file the program opens takes its number (a checkpoint read as
 standard input, a log written where standard output was); the command line then refuses
 a command that needs the closed stream (``cli.closed_streams``)."""
 
+import _signal  # the C module: ``signal`` builds its enums first (a millisecond unguarded)
 import os
-import signal
 import sys
 
 
@@ -24,12 +26,23 @@ def _stop(signum, frame) -> None:
     try:
         os.write(2, b"scratchformer: stopped by Ctrl-C\n")
     finally:
-        os._exit(128 + signal.SIGINT)
+        os._exit(128 + _signal.SIGINT)
+
+
+def _guard() -> None:
+    if _signal.getsignal(_signal.SIGINT) is not _signal.SIG_IGN:  # a background job's stays
+        _signal.signal(_signal.SIGINT, _stop)  # the command puts Python's own back meanwhile
+
+
+# Importing this module is starting the program (its script does it, then calls main):
+# the guard goes in here, before anything more is loaded.
+_guard()
+
+import signal  # noqa: E402  (after the guard)
 
 
 def main() -> int:
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a background job's stays
-        signal.signal(signal.SIGINT, _stop)  # the command puts Python's own back meanwhile
+    _guard()
     try:
         from scratchformer import writer
 

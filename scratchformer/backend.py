@@ -131,6 +131,7 @@ def set_backend(name: str) -> None:
 
     Arrays made under one backend are not converted: build models after choosing.
     """
+    global env_error
     name = name.lower()
     if name == "numpy":
         _state.update(name="numpy", module=numpy)
@@ -138,6 +139,7 @@ def set_backend(name: str) -> None:
         _state.update(name="cupy", module=_import_cupy())
     else:
         raise BackendError(f"unknown backend {name!r}: expected 'numpy' or 'cupy'")
+    env_error = None  # chosen here: what SCRATCHFORMER_BACKEND named no longer matters
 
 
 def backend_name() -> str:
@@ -221,9 +223,10 @@ def host_rng(seed=None) -> numpy.random.Generator:
 
 
 #: Why the backend named by ``SCRATCHFORMER_BACKEND`` could not be selected at import
-#: (None when it was, or when none was named). Importing never fails on it, so that a
-#: test run still runs and reports the CuPy tests as skipped; NumPy stays active, the
-#: command line refuses to start, and ``require_env_backend()`` raises it.
+#: (None when it was, or when none was named, or once ``set_backend`` chose one). Importing
+#: never fails on it, so that a test run still runs and reports the CuPy tests as skipped;
+#: NumPy stays active, and the command line and the models' constructors (the Python API)
+#: refuse to start: ``require_env_backend()`` raises it.
 env_error: BackendError | None = None
 
 _env = os.environ.get("SCRATCHFORMER_BACKEND")

@@ -346,13 +346,17 @@ def _json(value) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
 
 
-def export_marian(checkpoint, out, overwrite: bool = False) -> list:
+def export_marian(checkpoint, out, overwrite: bool = False, echo=None) -> list:
     """Write ``checkpoint`` (a translation model's .npz) as a ``transformers`` Marian
-    folder ``out`` (the module doc); all files or none. Returns the paths written.
+    folder ``out`` (the module doc): the complete folder is built beside ``out`` and
+    renamed into place (``writer.FileSet`` with ``folder``), so ``out`` holds all six
+    files of one export or an earlier export, never a mix. Returns the paths written.
 
     Raises ExportError for a model that cannot be exported (the reason in one line), and
-    the writer's WriteError for an output that is an input or holds other content
-    (``overwrite`` replaces it)."""
+    the writer's WriteError for an output that is an input, a folder holding other files
+    than an export's, a directory where a file goes, or files with other content
+    (``overwrite`` replaces them). ``echo``: where notes about an interrupted export's
+    leftovers go (default: standard error)."""
     save = _safetensors_save()
     ckpt, tokenizer = load_with_tokenizer(checkpoint)
     why = refusal(ckpt.model, tokenizer)
@@ -364,6 +368,17 @@ def export_marian(checkpoint, out, overwrite: bool = False) -> list:
         raise ExportError(f"-o {out} is a file: export writes a folder")
     paths = {name: out / name for name in FILES}
     binary = {"model.safetensors", "tokenizer.model"}
+    files = writer.FileSet(
+        paths,
+        owner=out,
+        overwrite=overwrite,
+        inputs=[("checkpoint", checkpoint)],
+        binary=binary,
+        folder=out,
+        what="export",
+        other="your edits, or another export",
+        echo=echo,
+    )
     contents = {
         "config.json": _json(marian_config(cfg)),
         "generation_config.json": _json(generation_config(cfg)),
@@ -372,11 +387,9 @@ def export_marian(checkpoint, out, overwrite: bool = False) -> list:
         "tokenizer_config.json": _json(tokenizer_config(cfg, tokenizer)),
         "tokenizer.model": tokenizer.proto,
     }
-    with writer.FileSet(
-        paths, owner=out, overwrite=overwrite, inputs=[("checkpoint", checkpoint)], binary=binary
-    ) as files:
+    with files as f:
         for name, data in contents.items():
-            files[name].write(data)
+            f[name].write(data)
     return [paths[n] for n in FILES]
 
 

@@ -35,10 +35,12 @@ Debian machine with ``apt-get install``, elsewhere with ``apt-get download`` + `
 from __future__ import annotations
 
 import argparse
+import shlex
 import time
 from pathlib import Path
 
 from scratchformer.commands import PROBABILITY, plural
+from scratchformer.commands.folders import refuse_owned_folder
 from scratchformer.data.bible import GENRES, iter_verses, open_bible, prepare_genre, prepare_text
 from scratchformer.data.bible_pairs import (
     PAIRS,
@@ -159,11 +161,13 @@ def run(args) -> int:
         return run_pairs(args, t0)
     if args.dataset == "bible":
         return run_bible(args, t0)
+    out = Path(args.out or Path(args.data_dir) / args.dataset)
+    check_out(out, "txt" if args.dataset == "web-text" else "tsv")
     bible = open_bible(args.module, args.sword_path)
     verses = iter_verses(bible)
-    out = Path(args.out or Path(args.data_dir) / args.dataset)
+    again = rebuild_command(args, out)
     if args.dataset == "genre":
-        counts = prepare_genre(out, verses, args.dev, args.test, args.overwrite)
+        counts = prepare_genre(out, verses, args.dev, args.test, args.overwrite, again)
         width = max(len(g) for g in GENRES)
         print(f"{'genre':<{width}}  {'train':>6} {'dev':>6} {'test':>6}")
         for g in GENRES:
@@ -172,12 +176,48 @@ def run(args) -> int:
         print(f"{'total':<{width}}  " + " ".join(f"{totals[s]:>6}" for s in totals))
         files = "{train,dev,test}.tsv"
     else:
-        counts = prepare_text(out, verses, args.dev, args.test, args.overwrite)
+        counts = prepare_text(out, verses, args.dev, args.test, args.overwrite, again)
         for s, (lines, chars) in counts.items():
             print(f"{s:<5}  {lines:>6} verses  {chars:>9} characters")
         files = "{train,dev,test}.txt"
     print(_wrote(out, files, counts, t0))
     return 0
+
+
+def check_out(out: Path, ext: str) -> None:
+    """Refuse, before anything is read or written, an output folder that is a file, or
+    that belongs to a run, to its checkpoints, to the exercises or to a data set of the
+    other kind (splits of another extension: each kind's manifest lists its own)."""
+    if out.exists() and not out.is_dir():
+        raise ScratchformerError(f"--out {out} is a file: a data set is a folder of its splits")
+    other = "tsv" if ext == "txt" else "txt"
+    refuse_owned_folder(
+        out,
+        "--out",
+        "a data set",
+        allowed="data",
+        same=lambda d: not any((d / f"{s}.{other}").is_file() for s in ("train", "dev", "test")),
+    )
+
+
+def rebuild_command(args, out: Path) -> str:
+    """The command that makes this data set again, as its manifest records it (and a
+    refusal of an incomplete set names it): this one's options, with --overwrite."""
+    parts = ["scratchformer", "data", args.dataset]
+    if args.dataset == "pairs":
+        parts.append(str(args.file))
+    if args.dataset == "bible" and args.pair != "sparv-web":
+        parts += ["--pair", args.pair]
+    parts += ["--out", str(out)]
+    for flag, value, default in (
+        ("--dev", args.dev, 0.05),
+        ("--test", args.test, 0.05),
+        ("--module", getattr(args, "module", "engWEB2015eb"), "engWEB2015eb"),
+        ("--sword-path", getattr(args, "sword_path", None), None),
+    ):
+        if value != default:
+            parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return shlex.join([*parts, "--overwrite"])
 
 
 def _wrote(out: Path, files: str, counts, t0: float) -> str:
@@ -190,7 +230,9 @@ def _wrote(out: Path, files: str, counts, t0: float) -> str:
 
 def run_pairs(args, t0: float) -> int:
     out = Path(args.out or Path(args.data_dir) / Path(args.file).stem)
-    counts = split_pairs(args.file, out, args.dev, args.test, args.overwrite)
+    check_out(out, "tsv")
+    again = rebuild_command(args, out)
+    counts = split_pairs(args.file, out, args.dev, args.test, args.overwrite, again)
     for split, n in counts.items():
         print(f"{split:<5}  {n:>6} pairs")
     if counts.blank:
@@ -206,16 +248,17 @@ def run_pairs(args, t0: float) -> int:
 
 def run_bible(args, t0: float) -> int:
     src_mod, tgt_mod = PAIRS[args.pair]
-    where = ensure_modules([src_mod, tgt_mod], args.sword_path, install=not args.no_install)
     out = Path(
         args.out
         or Path(args.data_dir) / ("bible" if args.pair == "sparv-web" else f"bible-{args.pair}")
     )
+    check_out(out, "tsv")
+    where = ensure_modules([src_mod, tgt_mod], args.sword_path, install=not args.no_install)
     print(f"reading {src_mod} and {tgt_mod} and aligning their verses...", flush=True)
     src = iter_verses(open_bible(src_mod, where))
     tgt = iter_verses(open_bible(tgt_mod, where))
     s, t, rep = align_texts(src, tgt)
-    counts = write_pairs(out, s, t, args.dev, args.test, args.overwrite)
+    counts = write_pairs(out, s, t, args.dev, args.test, args.overwrite, rebuild_command(args, out))
     for stale in [] if counts.unchanged else out.glob("spm-bpe-*.json"):
         stale.unlink()  # a BPE learnt from the previous files
     dropped = len(rep.dropped_numbering) + len(rep.dropped_shift)

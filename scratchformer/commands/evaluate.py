@@ -9,8 +9,8 @@ defaults to the one the checkpoint was trained on), decodes the sources with the
 checkpoint's model and its own tokenizer (beam search, or greedy), detokenizes, and
 prints corpus BLEU and chrF with the sacreBLEU signatures (``pip install -e '.[bleu]'``).
 ``--output`` writes the hypotheses, one per line, in the order of the file, a chunk of
-``--chunk-size`` sentences at a time as they are decoded; only their text is kept for
-the scores.
+``--chunk-size`` sentences at a time as they are decoded (``-``: to standard output, the
+scores then to standard error); only their text is kept for the scores.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from scratchformer.commands import (
 )
 from scratchformer.compat import task_of
 from scratchformer.data.bible_pairs import read_pairs
-from scratchformer.data.text import LineLimit
+from scratchformer.data.text import LineLimit, check_data_set
 from scratchformer.decode import translate
 from scratchformer.decode.translate import CHUNK_SIZE, SourceCheck, chunked, loop_hint, loops
 from scratchformer.errors import ScratchformerError
@@ -58,7 +58,11 @@ def add_parser(sub) -> None:
     p.add_argument("--data-dir", default=None, help="default: the checkpoint's task.data_dir")
     add_decoding_flags(p, CHUNK_SIZE)
     p.add_argument("--limit", type=NONNEGATIVE, default=0, help="only the first N pairs (0 = all)")
-    p.add_argument("--output", default=None, help="write the hypotheses to this file")
+    p.add_argument(
+        "--output",
+        default=None,
+        help="write the hypotheses to this file (- = stdout; the scores then go to stderr)",
+    )
     p.add_argument(
         "--overwrite",
         action="store_true",
@@ -96,17 +100,16 @@ def run(args) -> int:
                 f"{args.checkpoint} does not say which data it was trained on: pass --data-dir"
             )
     path = Path(data_dir) / f"{args.split}.tsv"
-    target = None
+    target, report = None, sys.stdout
     if args.output is not None:
         inputs = [("--checkpoint", args.checkpoint), (f"--split {args.split}", path)]
         plan = writer.Plan("evaluate", inputs, overwrite=args.overwrite)
-        target = plan.output(
-            args.output,
-            "evaluate --output",
-            flag="--output",
-            suffix="text",
-            protected=owned_file_of,
+        target = plan.text_output(
+            args.output, "evaluate --output", flag="--output", protected=owned_file_of
         )
+        if target is None:  # the hypotheses on standard output, the scores beside them
+            target, report = sys.stdout, sys.stderr
+    check_data_set(Path(data_dir), [path.name], "pairs")
     pairs = read_pairs(path, LineLimit(ckpt.config.max_len))
     _check_the_data_fits(ckpt, tok, pairs, path, args.checkpoint)
     if args.limit:
@@ -133,21 +136,25 @@ def run(args) -> int:
             **scores,
             **scores_tf,
         }
-        print(json.dumps(rec))
+        print(json.dumps(rec), file=report)
     else:
         n = plural(len(pairs), "sentence")
-        print(f"{args.split}: {n}, {how}, step {ckpt.step}, {dt:.1f} s")
-        print(scores["bleu_detail"])  # "BLEU = 28.15 60.2/34.1/... (BP = ...)"
-        print(f"  signature: {scores['bleu_signature']}")
-        print(f"chrF = {scores['chrf']:.2f}")
-        print(f"  signature: {scores['chrf_signature']}")
+        print(f"{args.split}: {n}, {how}, step {ckpt.step}, {dt:.1f} s", file=report)
+        print(scores["bleu_detail"], file=report)  # "BLEU = 28.15 60.2/34.1/... (BP = ...)"
+        print(f"  signature: {scores['bleu_signature']}", file=report)
+        print(f"chrF = {scores['chrf']:.2f}", file=report)
+        print(f"  signature: {scores['chrf_signature']}", file=report)
         if scores_tf:
             print(
                 f"perplexity = {FORMATS['ppl'][1](scores_tf['ppl'])} (teacher-forced, "
                 f"{scores_tf['ppl_sentences']} of {len(pairs)} sentences, "
-                f"{scores_tf['ppl_tokens']} target tokens)"
+                f"{scores_tf['ppl_tokens']} target tokens)",
+                file=report,
             )
-        print(f"decoding: {out_tokens / dt:.0f} output tokens/s ({plural(len(pairs), 'sentence')})")
+        print(
+            f"decoding: {out_tokens / dt:.0f} output tokens/s ({plural(len(pairs), 'sentence')})",
+            file=report,
+        )
     if warning:
         print(warning, file=sys.stderr)
     hint = loop_hint(sum(map(loops, hyps)), len(hyps))
@@ -190,7 +197,9 @@ def _decode_split(args, model, tok, pairs, name: str, target=None) -> tuple[list
     with ExitStack() as stack:
         show = stage(len(pairs), f"decoding {args.split}", "sentence", bar=not args.no_progress)
         stack.callback(show.close)
-        out = None if target is None else stack.enter_context(writer.replacing(target))
+        out = target
+        if isinstance(target, writer.Target):
+            out = stack.enter_context(writer.replacing(target))
         numbered = enumerate((s for s, _ in pairs), start=1)
         for chunk in chunked(check(numbered), chunk_size):
             got = translate(model, tok, [s for _, s in chunk], decode_options(args),

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from scratchformer.commands import COUNT, plural
+from scratchformer.commands.folders import refuse_owned_folder
 from scratchformer.errors import ConfigError
 from scratchformer.exercises import EXERCISES, exercise, files, isolate, training
 from scratchformer.exercises.grade import PASSING, report
@@ -103,6 +104,14 @@ def add_parser(sub) -> None:
     )
     q.add_argument("--steps", type=COUNT, help="optimizer steps of both runs (default 3000)")
     q.add_argument(
+        "--time-limit",
+        type=float,
+        default=isolate.DEFAULT_LIMIT,
+        metavar="SECONDS",
+        help="stop your code of one exercise's check after this long "
+        f"(default {isolate.DEFAULT_LIMIT:g}; a busy machine may need more)",
+    )
+    q.add_argument(
         "--set",
         action="append",
         default=[],
@@ -117,8 +126,9 @@ def _folder(args) -> Path:
     called exercises), the folder itself."""
     where = Path(args.dir)
     if args.dir == files.DEFAULT_DIR and not where.exists() and Path.cwd().name == args.dir:
-        return files.folder(".")
-    return files.folder(args.dir)
+        where = Path(".")
+    refuse_owned_folder(where, "--dir", "your exercises", allowed="exercises")
+    return files.folder(where)
 
 
 def run_list(args) -> int:
@@ -277,7 +287,7 @@ def run_train(args) -> int:
         set_dotted(d, key, override_value(key, text))
         sets.append((d, f"--set {item}"))
     v, yours, engine, _ = training.train_both(
-        _folder(args), args.steps, sets, progress=not args.no_progress
+        _folder(args), args.steps, sets, progress=not args.no_progress, limit=args.time_limit
     )
     if yours is not None and engine is not None:  # a demonstration: it decides nothing
         steps = yours.losses[-1][0] if yours.losses else 0

@@ -10,9 +10,12 @@ Needs the export extra (pip install -e '.[export]': safetensors only); the exact
 of every tensor and token: docs/export.md. Post-LN models with sinusoidal positions and
 dense attention export; the others are refused with the reason.
 
-All six files are written or none; files already there with other content (another
-export, your edits) are replaced only with --overwrite; the checkpoint is never an output,
-nor a folder of a run or a data set (a run's config.json would be replaced).
+The folder is written whole: the new one is built beside it and renamed into place, so
+it holds all six files of one export, never a mix (a run killed between the two renames
+leaves it briefly absent: the next export puts it back, and says so). Files already there
+with other content (another export, your edits) are replaced only with --overwrite; a
+folder holding other files than an export's is refused, and never the folder of a run,
+of its checkpoints, of a data set or of the exercises; the checkpoint is never an output.
 """
 
 from __future__ import annotations
@@ -20,9 +23,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scratchformer.errors import ScratchformerError
-from scratchformer.export import FILES, export_marian
-from scratchformer.train.rundir import owned_file_of
+from scratchformer.commands.folders import refuse_owned_folder
+from scratchformer.export import export_marian
 
 
 def add_parser(sub) -> None:
@@ -37,24 +39,13 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace files in the folder that hold other content (never the checkpoint)",
+        help="replace an earlier export whose files hold other content (never the checkpoint)",
     )
     p.set_defaults(func=run)
 
 
-def check_folder(out: Path) -> None:
-    """A run's or a data set's folder is never an export's, ``--overwrite`` or not: its
-    config.json (the run's) would be replaced."""
-    for name in FILES:
-        what = owned_file_of(out / name)
-        if what:
-            raise ScratchformerError(
-                f"-o {out}: {out / name} would be {what}: export into a folder of its own"
-            )
-
-
 def run(args) -> int:
-    check_folder(args.output)
+    refuse_owned_folder(args.output, "-o", "an export")
     written = export_marian(args.checkpoint, args.output, overwrite=args.overwrite)
     print(f"wrote {args.output}/ ({', '.join(p.name for p in written)})")
     print(

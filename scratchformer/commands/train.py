@@ -26,6 +26,7 @@ from pathlib import Path
 from scratchformer import distributed, progress
 from scratchformer.checkpoint import CheckpointError, latest_checkpoint, read_params
 from scratchformer.commands import COUNT, NONNEGATIVE, number
+from scratchformer.commands.folders import refuse_owned_folder
 from scratchformer.compat import flat_override
 from scratchformer.errors import ConfigError, Interrupted, signal_name
 from scratchformer.train import TASKS, TrainConfig, Trainer, shipped_names
@@ -207,6 +208,7 @@ def run(args) -> int:
         # (a bad --set) is told once, by rank 0, and one rank's error ends them all
         distributed.world()
     cfg, resume = resolve_config(args)
+    refuse_owned_folder(cfg.out_dir, "the run's directory", "a run", allowed="run")
     unwritable = progress.unwritable([cfg.name])  # the header names the run
     if unwritable:
         raise ConfigError(unwritable)

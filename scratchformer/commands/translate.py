@@ -88,17 +88,9 @@ def run(args) -> int:
     inputs = [("--checkpoint", args.checkpoint)]
     inputs.append(("--input", args.input) if args.input != "-" else ("standard input", 0))
     plan = writer.Plan("translate", inputs, overwrite=args.overwrite)
-    if args.output == "-":
-        target = None
-        plan.standard_output()
-    else:
-        target = plan.output(
-            args.output,
-            "translate --output",
-            flag="--output",
-            suffix="text",
-            protected=owned_file_of,
-        )
+    target = plan.text_output(
+        args.output, "translate --output", flag="--output", protected=owned_file_of
+    )
     ckpt, tokenizer = load_with_tokenizer(args.checkpoint, expect=Transformer)
     check_lengths(args, ckpt.config)
     lines = LineLimit(ckpt.config.max_len)

@@ -356,23 +356,38 @@ class Written(dict):
     unchanged: bool = False
 
 
-def split_files(out_dir, names: dict, overwrite: bool = False, inputs=()) -> writer.FileSet:
-    """``{split: file name}`` under ``out_dir``, written all or nothing (``writer.FileSet``):
-    an interrupted preparation never leaves a truncated split beside complete ones; files
+def split_files(
+    out_dir, names: dict, overwrite: bool = False, inputs=(), command: str = ""
+) -> writer.FileSet:
+    """``{split: file name}`` under ``out_dir``, written all or nothing (``writer.FileSet``)
+    with the data set's manifest written last (``manifest.json``: the files' names, sizes
+    and SHA-256, and ``command``, the command that rebuilds the set), which every reader
+    checks: an interrupted preparation never leaves a set that reads as whole. Files
     already there with other content (hand edits) are replaced only with ``overwrite``;
     identical ones are left alone; an input of the command (``inputs``, ``[(what,
     path)]``) is never written, nor a link out of ``out_dir``."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     paths = {s: out / name for s, name in names.items()}
-    return writer.FileSet(paths, owner=out, overwrite=overwrite, inputs=inputs)
+    fs = writer.FileSet(
+        paths,
+        owner=out,
+        overwrite=overwrite,
+        inputs=inputs,
+        manifest=writer.MANIFEST_NAME,
+        command=command,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    return fs
 
 
-def prepare_genre(out_dir, verses: Iterable[Verse], dev=0.05, test=0.05, overwrite=False) -> dict:
+def prepare_genre(
+    out_dir, verses: Iterable[Verse], dev=0.05, test=0.05, overwrite=False, command=""
+) -> dict:
     """Write ``{train,dev,test}.tsv`` (``label<TAB>text<TAB>ref``) under ``out_dir``;
-    returns ``{split: {genre: count}}`` (a ``Written``)."""
+    returns ``{split: {genre: count}}`` (a ``Written``). ``command``: the one that rebuilds
+    the set, for its manifest."""
     counts = Written({s: {g: 0 for g in GENRES} for s in ("train", "dev", "test")})
-    fs = split_files(out_dir, {s: f"{s}.tsv" for s in counts}, overwrite)
+    fs = split_files(out_dir, {s: f"{s}.tsv" for s in counts}, overwrite, command=command)
     with fs as files:
         for v in verses:
             genre = GENRE_OF.get(v.book)
@@ -385,11 +400,14 @@ def prepare_genre(out_dir, verses: Iterable[Verse], dev=0.05, test=0.05, overwri
     return counts
 
 
-def prepare_text(out_dir, verses: Iterable[Verse], dev=0.05, test=0.05, overwrite=False) -> dict:
+def prepare_text(
+    out_dir, verses: Iterable[Verse], dev=0.05, test=0.05, overwrite=False, command=""
+) -> dict:
     """Write ``{train,dev,test}.txt`` under ``out_dir``, one verse per line, split by
-    chapter; returns ``{split: (lines, characters)}`` (a ``Written``)."""
+    chapter; returns ``{split: (lines, characters)}`` (a ``Written``). ``command``: the one
+    that rebuilds the set, for its manifest."""
     counts = {s: [0, 0] for s in ("train", "dev", "test")}
-    fs = split_files(out_dir, {s: f"{s}.txt" for s in counts}, overwrite)
+    fs = split_files(out_dir, {s: f"{s}.txt" for s in counts}, overwrite, command=command)
     with fs as files:
         for v in verses:
             s = chapter_split(v.book, v.chapter, dev, test)

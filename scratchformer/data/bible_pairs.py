@@ -206,12 +206,13 @@ def align_texts(
 
 
 def write_pairs(
-    out_dir, src: list[Verse], tgt: list[Verse], dev=0.05, test=0.05, overwrite=False
+    out_dir, src: list[Verse], tgt: list[Verse], dev=0.05, test=0.05, overwrite=False, command=""
 ) -> dict:
     """Write ``{train,dev,test}.tsv`` (``source<TAB>target<TAB>ref``) under ``out_dir``,
-    split by chapter; returns ``{split: pairs}`` (a ``Written``)."""
+    split by chapter; returns ``{split: pairs}`` (a ``Written``). ``command``: the one that
+    rebuilds the set, for its manifest."""
     counts = Written({s: 0 for s in SPLITS})
-    fs = split_files(out_dir, {s: f"{s}.tsv" for s in SPLITS}, overwrite)
+    fs = split_files(out_dir, {s: f"{s}.tsv" for s in SPLITS}, overwrite, command=command)
     with fs as files:
         for vs, vt in zip(src, tgt):
             s = chapter_split(vs.book, vs.chapter, dev, test)
@@ -221,7 +222,7 @@ def write_pairs(
     return counts
 
 
-def split_pairs(path, out_dir, dev=0.05, test=0.05, overwrite=False) -> dict:
+def split_pairs(path, out_dir, dev=0.05, test=0.05, overwrite=False, command="") -> dict:
     """Split the sentence pairs of one TSV file (``source<TAB>target``, read by
     ``read_pairs``) into ``{train,dev,test}.tsv`` under ``out_dir``; returns ``{split:
     pairs}`` (a ``Written``; ``repeats``: the pairs whose source another pair has too;
@@ -233,7 +234,7 @@ def split_pairs(path, out_dir, dev=0.05, test=0.05, overwrite=False) -> dict:
     source, so identical sources always share a split (a copy of a training pair is never
     a test pair), and each split keeps the file's order. The same file always splits the
     same way. Refused in one line where the distinct sources are too few to leave pairs
-    in all three splits."""
+    in all three splits. ``command``: the one that rebuilds the set, for its manifest."""
     if not_a_file(Path(path)) == "not found":
         raise ParallelDataError(f"{path} not found: data pairs splits a file of yours, one "
                                 "source<TAB>target pair a line")  # fmt: skip
@@ -264,7 +265,8 @@ def split_pairs(path, out_dir, dev=0.05, test=0.05, overwrite=False) -> dict:
             f"source{'s' if len(groups) != 1 else ''}{repeats}: too few to "
             f"keep pairs for test, dev and training (pairs with one source share a split)"
         )
-    fs = split_files(out_dir, {s: f"{s}.tsv" for s in SPLITS}, overwrite, [("pairs", path)])
+    files = {s: f"{s}.tsv" for s in SPLITS}
+    fs = split_files(out_dir, files, overwrite, [("pairs", path)], command=command)
     with fs as files:
         for i, (s, t) in enumerate(rows):
             files[split_of[i]].write(f"{s}\t{t}\n")

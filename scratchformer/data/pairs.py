@@ -17,8 +17,10 @@ Translation is real data: ``{data_dir}/{train,dev,test}.tsv`` (``source<TAB>targ
 vocabulary of ``vocab_size`` ids learnt from the training sources and targets together
 (cached as ``{data_dir}/spm-bpe-{vocab_size}.json``; training it is deterministic).
 ``vocab_size`` 0 chooses the size from the data (``vocabulary_for``). ``max_len`` is then
-the longest side in BPE tokens a training pair may have: longer pairs are left out of
-training (and counted), never out of dev or test.
+the longest side in BPE tokens a pair may have: longer pairs are left out (and counted),
+of training and of dev and test alike, so that a model sized to its training pairs is
+never asked to score a pair it cannot hold (a 1 MB line would exhaust memory only after
+training). A split with no pair short enough is refused.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 from scratchformer import backend, memory, writer
 from scratchformer.data.bible_pairs import read_pairs
 from scratchformer.data.bpe import BPEError, BPETokenizer
-from scratchformer.data.text import NO_MODEL, LineLimit
+from scratchformer.data.text import NO_MODEL, LineLimit, check_data_set
 from scratchformer.data.tokenizers import CharTokenizer, Tokenizer, tokenizer_from_dict
 from scratchformer.data.vocab import SPECIALS, Vocab
 from scratchformer.errors import ScratchformerError, need
@@ -62,6 +64,7 @@ class Pairs:
     valid: list
     test: list
     dropped: int = 0  # training pairs left out for being longer than max_len
+    dropped_held_out: dict = field(default_factory=dict)  # {"valid"/"test": pairs left out}
     chosen: str = ""  # how the vocabulary's size was chosen from the data ("": it was given)
     _encoded: dict = field(default_factory=dict, repr=False)
 
@@ -219,6 +222,7 @@ def translation_pairs(
     if max_len < 1:
         raise DataError(f"task.max_len must be >= 1, got {max_len}")
     d = Path(data_dir)
+    check_data_set(d, [f"{s}.tsv" for s in ("train", "dev", "test")], "pairs")
     train, valid, test = (read_pairs(d / f"{s}.tsv", lines) for s in ("train", "dev", "test"))
     chosen = ""
     if vocab_size == 0:
@@ -240,13 +244,21 @@ def translation_pairs(
             raise
     data = Pairs(tok, train, valid, test)
     data.chosen = chosen and f"vocabulary {vocab_size} ({chosen})"
-    enc = data.encoded("train")
-    keep = [i for i, (s, t) in enumerate(enc) if len(s) <= max_len and len(t) <= max_len]
-    if not keep:
-        raise DataError(f"no training pair of {d / 'train.tsv'} fits task.max_len={max_len}")
-    data.dropped = len(train) - len(keep)
-    data.train = [train[i] for i in keep]
-    data._encoded["train"] = [enc[i] for i in keep]
+    for split, name in (("train", "train"), ("valid", "dev"), ("test", "test")):
+        enc = data.encoded(split)
+        keep = [i for i, (s, t) in enumerate(enc) if len(s) <= max_len and len(t) <= max_len]
+        if not keep:
+            raise DataError(
+                f"no pair of {d / f'{name}.tsv'} fits task.max_len={max_len} (BPE tokens a "
+                "side): raise task.max_len, or split the long lines"
+            )
+        rows = getattr(data, split)
+        if split == "train":
+            data.dropped = len(rows) - len(keep)
+        elif len(keep) < len(rows):
+            data.dropped_held_out[split] = len(rows) - len(keep)
+        setattr(data, split, [rows[i] for i in keep])
+        data._encoded[split] = [enc[i] for i in keep]
     return data
 
 

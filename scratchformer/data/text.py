@@ -39,11 +39,13 @@ from __future__ import annotations
 import io
 import os
 import re
+import shlex
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from scratchformer import writer
 from scratchformer.compat import split_file
 from scratchformer.errors import ScratchformerError
 
@@ -189,6 +191,38 @@ def split_of_data_set(path) -> str:
     return f"the {split} split of the data set in {path.parent}" if others else ""
 
 
+#: the commands that rebuild each kind of data set, named where a set is not whole and
+#: its manifest names none
+REBUILD = {
+    "pairs": "scratchformer data pairs FILE --out {d} --overwrite` (your pairs) or "
+    "`scratchformer data bible --out {d} --overwrite",
+    "web-text": "scratchformer data web-text --out {d} --overwrite",
+    "genre": "scratchformer data genre --out {d} --overwrite",
+}
+
+
+def check_data_set(folder, names, kind: str) -> None:
+    """Refuse, in one line naming the command that rebuilds it, a data set whose files
+    ``names`` in ``folder`` are not one whole set by its manifest (``writer.check_manifest``:
+    written last by the ``data`` commands; a folder without one, made by hand or by a
+    version before manifests, is read as it is unless an interrupted write's temporary
+    files lie beside its splits). ``kind``: the data set's kind ("pairs", "web-text",
+    "genre"), for the command when the manifest names none."""
+    got = writer.check_manifest(folder, names)
+    if not got.problem:
+        return
+    command = got.command or REBUILD[kind].format(d=shlex.quote(str(folder)))
+    edited = " (edited, or" in got.problem
+    also = (
+        f", or delete {Path(folder) / writer.MANIFEST_NAME} to read the files as they are"
+        if edited
+        else ""
+    )
+    raise CorpusError(
+        f"{folder} is not a whole data set: {got.problem}; rebuild it with `{command}`{also}"
+    )
+
+
 def _need_file(path: Path, command: str) -> Path:
     why = not_a_file(path)
     if why == "not found":
@@ -210,9 +244,10 @@ def _split_file(d: Path, split: str, ext: str, former: str, command: str) -> Pat
 def load_lines(data_dir, limit: LineLimit = NO_MODEL) -> dict:
     """``{split: [line]}`` from ``{train,dev,test}.txt`` (blank lines skipped)."""
     d = Path(data_dir)
+    paths = {s: _split_file(d, s, "txt", "web", "data web-text") for s in SPLITS}
+    check_data_set(d, [p.name for p in paths.values()], "web-text")
     out = {}
-    for s in SPLITS:
-        p = _split_file(d, s, "txt", "web", "data web-text")
+    for s, p in paths.items():
         out[s] = [line for _, line in iter_text_lines(p, limit=limit) if line.strip()]
         if not out[s]:
             raise CorpusError(f"{p} holds no lines")
@@ -223,9 +258,10 @@ def load_labelled(data_dir, limit: LineLimit = NO_MODEL) -> dict:
     """``{split: [(label, text)]}`` from ``{train,dev,test}.tsv``
     (``label<TAB>text[<TAB>ref]``; lines without a text are skipped)."""
     d = Path(data_dir)
+    paths = {s: _split_file(d, s, "tsv", "genre", "data genre") for s in SPLITS}
+    check_data_set(d, [p.name for p in paths.values()], "genre")
     out = {}
-    for s in SPLITS:
-        p = _split_file(d, s, "tsv", "genre", "data genre")
+    for s, p in paths.items():
         rows = []
         for _, line in iter_text_lines(p, limit=limit):
             parts = line.split("\t")
@@ -250,6 +286,7 @@ __all__ = [
     "LineLimit",
     "LineTooLongError",
     "TextEncodingError",
+    "check_data_set",
     "iter_text_lines",
     "load_labelled",
     "load_lines",

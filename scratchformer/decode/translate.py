@@ -8,8 +8,9 @@
 
 Documented behaviour for awkward input:
 
-- an empty sentence (or one the tokenizer turns into no tokens, e.g. only spaces)
-  translates to ``""`` (no n-best entries) without running the model;
+- an empty sentence, a blank one (only whitespace of any kind: spaces, tabs, no-break
+  spaces) or one the tokenizer turns into no tokens translates to ``""`` (no n-best
+  entries) without running the model;
 - words outside the vocabulary are the tokenizer's business: ours map them to <unk>,
   which the model sees like any other token;
 - a sentence with more tokens than the model has positions (``config.max_len``) is an
@@ -110,7 +111,8 @@ def _encode_all(model, tokenizer, sentences, end=None) -> list[list[int]]:
     limit = model.config.max_len
     encoded = []
     for i, s in enumerate(sentences):
-        ids = list(tokenizer.encode(s))
+        # blank by any whitespace (tabs, no-break spaces), as the tokenizer's spaces are
+        ids = list(tokenizer.encode(s)) if not isinstance(s, str) or s.strip() else []
         if ids and end is not None:
             ids.append(end)
         if len(ids) > limit:

@@ -29,9 +29,11 @@ primitives: they are the faster forms in the ops' files (scratchformer/ops/).
 from __future__ import annotations
 
 import copy
+import numbers
 
 from scratchformer import backend
 from scratchformer.device.counter import CounterGenerator
+from scratchformer.errors import ScratchformerError
 
 
 def _impl():
@@ -82,20 +84,37 @@ def generator(seed=None, *, counter: bool = False):
 
     Randomness is always explicit: nothing in the package draws from a global state.
     """
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise GeneratorError(
+            f"the generator's seed must be a whole number >= 0 (or None), got "
+            f"{type(seed).__name__} {seed!r:.40}"
+        )
+    if seed is not None and seed < 0:
+        raise GeneratorError(f"the generator's seed must be a whole number >= 0, got {seed}")
     if counter:
         return CounterGenerator(0 if seed is None else seed)
     return _impl().generator(seed)
 
 
+class GeneratorError(ScratchformerError):
+    """A dropout generator (or its seed) that is not one the models can draw from."""
+
+
 def check_generator(rng) -> None:
     """A dropout generator must draw arrays of the active backend: on CuPy a NumPy
-    generator's host masks cannot multiply device arrays. Raises ValueError in one line
-    naming what to use; None (dropout off) and the counter-based generator always do."""
+    generator's host masks cannot multiply device arrays. Raises GeneratorError (a
+    ValueError) in one line naming what to use; None (dropout off) and the counter-based
+    generator always do; anything else (a string, a seed) is refused."""
     if rng is None or isinstance(rng, CounterGenerator):
         return
-    host = type(rng).__module__.startswith("numpy")
+    host = isinstance(rng, backend.np.random.Generator)
+    if not host and not type(rng).__module__.startswith("cupy"):
+        raise GeneratorError(
+            f"rng must be a generator, scratchformer.device.generator(seed), or None (no "
+            f"dropout), got {type(rng).__name__} {rng!r:.40}"
+        )
     if host != (backend.backend_name() == "numpy"):
-        raise ValueError(
+        raise GeneratorError(
             f"rng is a {type(rng).__module__.split('.')[0]} generator but the backend is "
             f"{backend.backend_name()}: make it with scratchformer.device.generator(seed)"
         )
@@ -112,6 +131,7 @@ def fork(rng):
 
 __all__ = [
     "CounterGenerator",
+    "GeneratorError",
     "check_generator",
     "fork",
     "generator",

@@ -99,8 +99,9 @@ def configs(where: Path, steps: int | None, sets: list) -> tuple:
     return tuple(out)
 
 
-def train_both(where: Path, steps=None, sets=(), progress=True, echo=print) -> tuple:
-    """Train with the learner's code, then with the engine's; ``(yours, engine, names)``."""
+def train_both(where: Path, steps=None, sets=(), progress=True, echo=print, limit=None) -> tuple:
+    """Train with the learner's code, then with the engine's; ``(yours, engine, names)``.
+    ``limit``: the seconds each exercise's check may run (default ``isolate.DEFAULT_LIMIT``)."""
     if dispatch.reference_forced():
         raise ScratchformerError(
             "SCRATCHFORMER_KERNELS=reference forces the engine's ops everywhere: unset it "
@@ -115,7 +116,7 @@ def train_both(where: Path, steps=None, sets=(), progress=True, echo=print) -> t
                 "there; remove the link"
             )
     echo(f"checking the exercises in {where}:")
-    found, failing = graded(where, new_seed(), echo=echo)  # drawn shapes too, as check
+    found, failing = graded(where, new_seed(), limit, echo=echo)  # drawn shapes, as check
     echo(f"  passing: {', '.join(found) or 'none'}")
     if not found and not failing:
         raise NothingToTrain(
@@ -190,7 +191,8 @@ def compare(yours: Run, engine: Run, steps: int) -> list[str]:
     for i, r in enumerate(mine):
         if i % every == 0 or i == len(mine) - 1:
             other = theirs.get(r["step"], {}).get("loss", float("nan"))
-            lines.append(f"  {r['step']:>6}  {r['loss']:>9.4f}  {other:>9.4f}")
+            mine_loss = r.get("loss", float("nan"))  # none when every step was skipped
+            lines.append(f"  {r['step']:>6}  {mine_loss:>9.4f}  {other:>9.4f}")
     a, b = yours.accuracy, engine.accuracy
     if a is not None and b is not None:
         lines.append(

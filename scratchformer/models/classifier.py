@@ -21,7 +21,7 @@ from typing import NamedTuple
 from scratchformer import backend, device
 from scratchformer.backend import xp
 from scratchformer.errors import ShapeError, check_ids, check_rank, check_token_ids
-from scratchformer.models.config import TransformerConfig
+from scratchformer.models.config import TransformerConfig, check_cache, check_config
 from scratchformer.models.transformer import padding_mask
 from scratchformer.nn.layers import Dropout, Embedding, Linear
 from scratchformer.nn.module import Module
@@ -68,6 +68,7 @@ class ClassifierCache(NamedTuple):
     encoder: StackCache  # h (B, S, D)
     shape: tuple  # (B, S, D) of h, to scatter the head's gradient back to token 0
     head: HeadCache
+    owner: int = 0  # id() of the model that made it (backward takes no other's)
 
 
 class ClassifierLossCache(NamedTuple):
@@ -84,6 +85,7 @@ class EncoderClassifier(Module):
     """
 
     def __init__(self, config: TransformerConfig, num_classes: int):
+        check_config(config, "EncoderClassifier")
         super().__init__()
         if num_classes < 2:
             raise ValueError(f"num_classes must be >= 2, got {num_classes}")
@@ -101,9 +103,10 @@ class EncoderClassifier(Module):
         x, c_emb = self.embed.forward(ids)  # (B, S, D)
         h, c_enc = self.encoder.forward(x, padding_mask(ids, self.config.pad_id), rng)
         logits, c_head = self.head.forward(h[:, 0], rng)  # (B, C)
-        return logits, ClassifierCache(c_emb, c_enc, h.shape, c_head)
+        return logits, ClassifierCache(c_emb, c_enc, h.shape, c_head, id(self))
 
     def backward(self, dlogits, cache: ClassifierCache):
+        check_cache(self, cache, ClassifierCache, "EncoderClassifier")
         df = self.head.backward(dlogits, cache.head)  # (B, D)
         dh = xp.zeros(cache.shape, dtype=df.dtype)  # only token 0 was read
         dh[:, 0] = df
@@ -121,6 +124,7 @@ class EncoderClassifier(Module):
         return loss, ClassifierLossCache(c_model, c_loss)
 
     def loss_backward(self, cache: ClassifierLossCache, dloss=1.0):
+        check_cache(self, getattr(cache, "model", cache), ClassifierCache, "EncoderClassifier")
         self.backward(cross_entropy.backward(dloss, cache.loss), cache.model)
 
     def predict(self, ids):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from scratchformer.errors import ConfigError, need, wrong_field_types
+from scratchformer.errors import ConfigError, ScratchformerError, need, wrong_field_types
 from scratchformer.nn.attention import ATTENTION_VARIANTS
 
 
@@ -185,3 +185,42 @@ PRESETS: dict[str, dict] = {
     "base-D4": dict(_BASE, eps_ls=0.2),
     "base-E": dict(_BASE, positions="learned"),
 }
+
+
+# -- the models' entry checks (the Python API's, as the command line's) ----------------------
+class CacheError(ScratchformerError):
+    """A backward pass was given a cache its model did not make."""
+
+
+def check_config(config, who: str) -> None:
+    """Refuse, in one line, a ``config`` that is not a TransformerConfig (None, a dict:
+    the model would fail on its first field), and a backend named by
+    ``SCRATCHFORMER_BACKEND`` that could not start (the command line refuses it too: a
+    model built on NumPy instead would be a silent surprise)."""
+    from scratchformer import backend  # noqa: PLC0415  (floor 0: imported where needed)
+
+    backend.require_env_backend()
+    if isinstance(config, TransformerConfig):
+        return
+    how = "TransformerConfig(**d)" if isinstance(config, dict) else "TransformerConfig(...)"
+    raise ConfigError(
+        f"{who}(config): config must be a TransformerConfig, got {type(config).__name__} "
+        f"(make one: {how}, or TransformerConfig.preset(name, vocab_size=V))"
+    )
+
+
+def check_cache(model, cache, kind: type, who: str) -> None:
+    """Refuse, in one line, a ``cache`` that is not a ``kind`` made by ``model``'s own
+    forward (another model's, even of the same sizes, would put its gradients on the
+    wrong parameters, or fail deep in an op on a shape)."""
+    if not isinstance(cache, kind):
+        raise CacheError(
+            f"{who}.backward: expected the {kind.__name__} its forward returned, got "
+            f"{type(cache).__name__}"
+        )
+    owner = getattr(cache, "owner", 0)  # 0: made by hand (a test), not told
+    if owner and owner != id(model):
+        raise CacheError(
+            f"{who}.backward: this cache was made by another model's forward: a cache goes "
+            "back to the model that made it"
+        )

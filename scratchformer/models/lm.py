@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from scratchformer import backend, device
 from scratchformer.errors import ShapeError, check_ids, check_rank, check_token_ids
-from scratchformer.models.config import TransformerConfig
+from scratchformer.models.config import TransformerConfig, check_cache, check_config
 from scratchformer.models.transformer import padding_mask
 from scratchformer.nn.kv import DecodeStateError, KVCache
 from scratchformer.nn.layers import Embedding
@@ -36,6 +36,7 @@ class LMCache(NamedTuple):
     embed: object  # embedding's: ids (B, T)
     decoder: StackCache  # h (B, T, D)
     output: object  # linear's: h (B, T, D) @ E^T
+    owner: int = 0  # id() of the model that made it (backward takes no other's)
 
 
 class LMLossCache(NamedTuple):
@@ -48,6 +49,7 @@ class LanguageModel(Module):
     count (``N_dec`` and the source-side fields are unused)."""
 
     def __init__(self, config: TransformerConfig):
+        check_config(config, "LanguageModel")
         super().__init__()
         self.config = cfg = config
         rng = backend.host_rng(cfg.seed)
@@ -66,10 +68,11 @@ class LanguageModel(Module):
         x, c_emb = self.embed.forward(ids)  # (B, T, D), scaled
         h, c_dec = self.decoder.forward(x, self.mask(ids), rng)
         logits, c_out = self.embed.project(h)  # (B, T, V)
-        return logits, LMCache(c_emb, c_dec, c_out)
+        return logits, LMCache(c_emb, c_dec, c_out, id(self))
 
     def backward(self, dlogits, cache: LMCache):
         """dlogits (B, T, V): adds into every parameter's gradient (E twice: tied)."""
+        check_cache(self, cache, LMCache, "LanguageModel")
         dh = self.embed.project_backward(dlogits, cache.output)
         dx = self.decoder.backward(dh, cache.decoder)
         self.embed.backward(dx, cache.embed)
@@ -93,6 +96,7 @@ class LanguageModel(Module):
     def loss_backward(self, cache: LMLossCache, dloss=1.0):
         """Back-propagates ``dloss * loss``; writes dlogits over the cached probabilities,
         so a cache serves one backward (a second call raises ValueError)."""
+        check_cache(self, getattr(cache, "model", cache), LMCache, "LanguageModel")
         self.backward(cross_entropy.backward(dloss, cache.loss), cache.model)
 
     # -- inference ----------------------------------------------------------------------

@@ -27,7 +27,7 @@ from scratchformer.errors import (
     check_same_batch,
     check_token_ids,
 )
-from scratchformer.models.config import TransformerConfig
+from scratchformer.models.config import TransformerConfig, check_cache, check_config
 from scratchformer.nn.kv import DecodeStateError, KVCache
 from scratchformer.nn.layers import Embedding, Linear
 from scratchformer.nn.module import Module
@@ -41,6 +41,7 @@ class TransformerCache(NamedTuple):
     tgt_embed: object  # embedding's: tgt_in (B, T) ids
     decoder: StackCache  # h (B, T, D)
     output: object  # linear's: h (B, T, D) @ E^T (or @ W)
+    owner: int = 0  # id() of the model that made it (backward takes no other's)
 
 
 class TransformerLossCache(NamedTuple):
@@ -68,6 +69,7 @@ class Transformer(Module):
     """
 
     def __init__(self, config: TransformerConfig):
+        check_config(config, "Transformer")
         super().__init__()
         self.config = cfg = config
         rng = backend.host_rng(cfg.seed)
@@ -130,10 +132,11 @@ class Transformer(Module):
             logits, c_out = self.embed.project(h)
         else:
             logits, c_out = self.out_proj.forward(h)
-        return logits, TransformerCache(c_src, c_enc, c_tgt, c_dec, c_out)
+        return logits, TransformerCache(c_src, c_enc, c_tgt, c_dec, c_out, id(self))
 
     def backward(self, dlogits, cache: TransformerCache):
         """dlogits (B, T, V): adds into every parameter's gradient."""
+        check_cache(self, cache, TransformerCache, "Transformer")
         if self.out_proj is None:
             dh = self.embed.project_backward(dlogits, cache.output)
         else:
@@ -200,6 +203,7 @@ class Transformer(Module):
         Writes dlogits over the cached probabilities (no second (B, T, V) array), so a
         cache serves one backward; a second call raises ValueError.
         """
+        check_cache(self, getattr(cache, "model", cache), TransformerCache, "Transformer")
         self.backward(cross_entropy.backward(dloss, cache.loss), cache.model)
 
 

@@ -18,7 +18,9 @@ doubled, so it stays near the largest that does not overflow.
     scaler.update(ok)                                  # halve, or count towards doubling
 
 ``scale``, ``good`` (good steps since the last change) and ``skipped`` (steps skipped in
-all) are 0-d device arrays; ``state_dict`` reads them (at a checkpoint).
+all) are 0-d device arrays; ``state_dict`` reads them (at a checkpoint). Skipping hides
+nothing: the run stops as diverged when the scale falls below ``train.min_loss_scale`` or
+its steps are mostly skipped (``train.step.overflow_problem``).
 Derivation: docs/derivations.md#mixed-precision-and-loss-scaling.
 """
 
@@ -26,9 +28,6 @@ from __future__ import annotations
 
 from scratchformer import backend
 from scratchformer.errors import ScratchformerError
-
-#: a scale below this means even unscaled float16 activations overflow: the run stops
-MIN_SCALE = 2.0**-14
 
 
 class LossScaler:
@@ -91,4 +90,4 @@ class LossScaler:
             ) from None
 
 
-__all__ = ["MIN_SCALE", "LossScaler"]
+__all__ = ["LossScaler"]

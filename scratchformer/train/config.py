@@ -102,6 +102,8 @@ class LoopConfig:
     precision: str  # "float32", or "float16": mixed precision (train/stepper.py)
     loss_scale: float  # mixed precision: the first loss scale (then dynamic)
     loss_scale_window: int  # mixed precision: good steps in a row that double the scale
+    min_loss_scale: float  # mixed precision: a loss scale below this stops the run (diverged)
+    max_skipped_share: float  # mixed precision: a log window skipping more (after step 100) too
 
     def check(self) -> None:
         need(
@@ -110,9 +112,13 @@ class LoopConfig:
         )
         for k in ("steps", "max_tokens", "accum_steps", "loss_scale_window"):
             need(getattr(self, k) >= 1, f"train.{k} must be >= 1, got {getattr(self, k)}")
+        for k in ("loss_scale", "min_loss_scale"):
+            v = getattr(self, k)
+            need(math.isfinite(v) and v > 0, f"train.{k} must be a positive number, got {v}")
         need(
-            math.isfinite(self.loss_scale) and self.loss_scale > 0,
-            f"train.loss_scale must be a positive number, got {self.loss_scale}",
+            0 < self.max_skipped_share <= 1,
+            f"train.max_skipped_share must be in (0, 1] (1: never stop for skipped steps), got "
+            f"{self.max_skipped_share}",
         )
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)

@@ -54,11 +54,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from scratchformer import backend, device, distributed
-from scratchformer.checkpoint import (
-    checkpoint_name,
-    list_checkpoints,
-    save_checkpoint,
-)
+from scratchformer.checkpoint import checkpoint_name, list_checkpoints, save_checkpoint
 from scratchformer.data.batching import TokenBatchSampler
 from scratchformer.errors import Interrupted, TrainingDiverged
 from scratchformer.progress import clock, terminal
@@ -79,7 +75,13 @@ from scratchformer.train.rundir import (
     remove_temporaries,
     write_config,
 )
-from scratchformer.train.step import Divergence, Window, dropout_seed, stop_message
+from scratchformer.train.step import (
+    Divergence,
+    Window,
+    dropout_seed,
+    overflow_problem,
+    stop_message,
+)
 from scratchformer.train.stepper import Stepper
 from scratchformer.train.tasks import TASKS
 from scratchformer.train.tasks.base import line_limit
@@ -277,18 +279,21 @@ class Trainer:
         self.tokens_seen += rec["tokens"]
         return rec
 
-    def _check_steps(self) -> list:
+    def _check_steps(self, at_record: bool = False) -> list:
         """Read the losses of the steps since the last check (one transfer; see
         ``Window.flush``) and stop the run if one, or the last gradient norm, is not
-        finite. Returns them, ``[(step, loss, nll, norm)]``; the run's ``losses`` grow by
-        them."""
+        finite, or its steps overflow float16 (``overflow_problem``; ``at_record``: the
+        window's share too). Returns them, ``[(step, loss, nll, norm)]``; the run's
+        ``losses`` grow by them."""
         read = self.window.flush(self.world)
         self.losses += [(s, loss) for s, loss, _, _, skipped, _ in read if not skipped]
         problem = self.divergence.judge(read)
         if problem:
             self._diverged(*problem)
-        if read and self.stepper.scale_too_small():
-            self._diverged(self.stepper.scale_too_small(), read[-1][0])
+        scale = self.stepper.loss_scale() if read else None
+        why = scale is not None and overflow_problem(self.window, scale, self.cfg.train, at_record)
+        if why:
+            self._diverged(why, read[-1][0], True)
         self.checked_step = self.step
         return read
 
@@ -437,14 +442,14 @@ class Trainer:
         t = self.cfg.train
         window = self.window
         if (t.log_every and s % t.log_every == 0) or last:
-            self._check_steps()
+            self._check_steps(at_record=True)
             r = window.record(s, self.epoch, rec, self.tokens_seen)
             # wall time since the run began (before a resume too)
             r["elapsed"] = self.seconds_before + time.perf_counter() - t_start
             self.log(r)
             bar.set_postfix(
-                loss=f"{r['loss']:.3f}",
-                **({"nll": f"{r['nll']:.3f}"} if self.smoothed else {}),
+                **({"loss": f"{r['loss']:.3f}"} if "loss" in r else {}),
+                **({"nll": f"{r['nll']:.3f}"} if self.smoothed and "nll" in r else {}),
                 lr=f"{r['lr']:.2e}",
                 tok_s=f"{r['tokens_per_s']:,.0f}",
                 refresh=False,

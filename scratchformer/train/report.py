@@ -115,7 +115,8 @@ def train_line(rec: dict, steps: int, smoothed: bool = False, keys=("loss", "ppl
     if "loss_scale" in rec:
         scaling = f"loss scale {rec['loss_scale']:.3g}, {rec['skipped_steps']} skipped | "
     return (
-        f"{step_prefix(rec['step'], steps)} | {metrics_text(rec, keys, smoothed)} | "
+        f"{step_prefix(rec['step'], steps)} | "
+        f"{metrics_text(rec, keys, smoothed) or 'no loss: every step skipped'} | "
         f"lr {rec['lr']:.2e} | "
         f"grad norm {rec['grad_norm']:.3g} | {scaling}{rec['tokens_per_s']:,.0f} tok/s | "
         f"{clock(rec['elapsed'])}"

@@ -102,8 +102,14 @@ class Window:
     record then averages the same steps as in a run that was never stopped.
 
     Mixed precision: a step whose scaled gradients overflowed was skipped; its loss is
-    left out of the sums and it is counted in ``skipped`` instead.
+    left out of the sums and it is counted in ``skipped`` instead (and, past the first
+    ``GRACE`` steps of the run, in ``late``: ``[taken, skipped]``, which the run judges:
+    ``overflow_problem``). A window of skipped steps only records no loss.
     """
+
+    #: the first steps of a run, whose skipped share is not judged: a first loss scale
+    #: too large for the model is halved there until its steps fit
+    GRACE = 100
 
     def __init__(self, state: dict | None = None):
         state = state or {}
@@ -112,6 +118,7 @@ class Window:
             self.nll = float(state.get("nll", 0.0))
             self.steps = int(state.get("steps", 0))
             self.skipped = int(state.get("skipped", 0))
+            self.late = [int(x) for x in state.get("late", (0, 0))][:2]
         except (AttributeError, TypeError, ValueError):
             raise ScratchformerError(
                 f"the checkpoint's train_state.window is not valid ({state!r:.80})"
@@ -125,7 +132,8 @@ class Window:
         """The sums the record averages (JSON numbers: a float's repr reads back exactly);
         ``flush`` first."""
         state = {"loss": self.loss, "nll": self.nll, "steps": self.steps}
-        return state | ({"skipped": self.skipped} if self.skipped else {})
+        state |= {"skipped": self.skipped} if self.skipped else {}
+        return state | ({"late": list(self.late)} if self.late[1] else {})
 
     def add(self, rec: dict) -> None:
         more = (rec.get("skipped", False), rec.get("loss_scale", 0.0))
@@ -156,6 +164,9 @@ class Window:
         self.nll += sum(r[2] for r in taken)
         self.steps += len(taken)
         self.skipped += len(read) - len(taken)
+        late = [r for r in read if r[0] > self.GRACE]
+        self.late[0] += sum(not r[4] for r in late)
+        self.late[1] += sum(r[4] for r in late)
         return read
 
     def tokens_per_s(self) -> float:
@@ -163,15 +174,14 @@ class Window:
 
     def record(self, step: int, epoch: int, rec: dict, tokens_seen: int) -> dict:
         """The "train" record of the window (``flush`` first); with mixed precision, the
-        steps skipped since the last record and the loss scale after this step."""
-        n = max(self.steps, 1)  # every step skipped: the sums are 0 (no mean to give)
-        r = {
-            "kind": "train",
-            "step": step,
-            "epoch": epoch,
-            "loss": self.loss / n,  # the training objective, mean over the window
-            "nll": self.nll / n,  # without label smoothing: ppl = exp(nll)
-            "ppl": perplexity(self.nll / n),
+        steps skipped since the last record and the loss scale after this step. A window
+        whose every step was skipped has no loss, NLL or perplexity (no mean to give)."""
+        r = {"kind": "train", "step": step, "epoch": epoch}
+        if self.steps:
+            r["loss"] = self.loss / self.steps  # the training objective, mean over the window
+            r["nll"] = self.nll / self.steps  # without label smoothing: ppl = exp(nll)
+            r["ppl"] = perplexity(self.nll / self.steps)
+        r |= {
             "lr": rec["lr"],
             "grad_norm": float(rec["grad_norm"]),  # before clipping, of the last step
             "tokens_per_s": self.tokens_per_s(),
@@ -181,6 +191,30 @@ class Window:
             r["skipped_steps"] = self.skipped
             r["loss_scale"] = float(rec["loss_scale"])
         return r
+
+
+def overflow_problem(window: Window, scale: float, train, at_record: bool) -> str:
+    """Why a mixed-precision run has diverged though it skips its bad steps, or '': its
+    loss scale fell below ``train.min_loss_scale`` (halved at every overflow: nearly every
+    step overflows float16), or, at a record (``at_record``), more than
+    ``train.max_skipped_share`` of the window's steps past the first ``Window.GRACE`` were
+    skipped. A skipped step changes nothing, so a run of them would otherwise end as if
+    trained, its loss read from the few steps taken."""
+    n, k = window.steps + window.skipped, window.skipped
+    skipped = f"{k} of the last {n} steps skipped, their float16 gradients overflowing"
+    if scale < train.min_loss_scale:
+        return (
+            f"the loss scale fell to {scale:.3g}, below train.min_loss_scale = "
+            f"{train.min_loss_scale:g}, with {skipped}"
+        )
+    taken, late = window.late
+    if at_record and late and late > train.max_skipped_share * (taken + late):
+        return (
+            f"{late} of the last {taken + late} steps after step {Window.GRACE} were skipped, "
+            f"their float16 gradients overflowing (more than train.max_skipped_share = "
+            f"{train.max_skipped_share:g}), the loss scale at {scale:.3g}"
+        )
+    return ""
 
 
 def perplexity(nll: float) -> float | None:
@@ -309,6 +343,7 @@ __all__ = [
     "Window",
     "accumulate_gradients",
     "dropout_seed",
+    "overflow_problem",
     "perplexity",
     "stop_message",
 ]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from scratchformer import backend
 from scratchformer.optim import Adam, clip_grad_norm, make_schedule
-from scratchformer.optim.scaler import MIN_SCALE, LossScaler
+from scratchformer.optim.scaler import LossScaler
 from scratchformer.train.step import accumulate_gradients, nonfinite_state
 
 
@@ -85,17 +85,9 @@ class Stepper:
         """'' when the parameters and Adam's moments are finite, else what is not."""
         return nonfinite_state(self.optimizer)
 
-    def scale_too_small(self) -> str:
-        """'' unless the loss scale fell below ``MIN_SCALE`` (a read: at a record)."""
-        if self.scaler is None:
-            return ""
-        scale = float(self.scaler.scale)
-        if scale >= MIN_SCALE:
-            return ""
-        return (
-            f"the loss scale fell to {scale:.3g}: every step overflows float16, even "
-            'unscaled (train with precision = "float32")'
-        )
+    def loss_scale(self) -> float | None:
+        """The loss scale now (a read: at a record or a save), None in float32."""
+        return None if self.scaler is None else float(self.scaler.scale)
 
     def state(self) -> dict:
         """What a checkpoint keeps besides the parameters and Adam: the loss scale."""

@@ -8,9 +8,9 @@ before any work is done, and written atomically:
   input) is refused, ``--overwrite`` or not;
 - **never a foreign file.** An existing file may be replaced only when the program wrote
   it earlier for the same output (a re-run of ``plot``, ``average -o``, ``translate
-  --output``): the ledger remembers, by identity, size and modification time, the files
-  written for each output role; any other existing file needs ``--overwrite``, and the
-  refusal names both paths;
+  --output``): the ledger remembers, by identity, size, modification and change times
+  (and a content hash under 1 MB), the files written for each output role; any other
+  existing file needs ``--overwrite``, and the refusal names both paths;
 - **never out of the folder it owns.** A file of a run, data or exercises folder is never
   written through a symlink that leads out of that folder; a log appended to in place
   that has another name (a hard link) gets a copy of its own first, and a lock file,
@@ -19,16 +19,22 @@ before any work is done, and written atomically:
   ``/dev/null``, ``/dev/stdout``) is written as it is, never opened for reading;
 - **all or nothing.** A regular file is written to a temporary file beside it
   (``.<name>.<12 hex>.tmp``), flushed and fsync'ed, and renamed into place; on any
-  failure the temporary file is removed and the old file is left as it was.
+  failure the temporary file is removed and the old file is left as it was. Several
+  files that are one output (a data set's splits, an exported folder) are written as one
+  (``FileSet``: a folder renamed into place whole, or a manifest written last that every
+  reader checks, ``check_manifest``).
 
 The ledger is one JSON file in ``$XDG_STATE_HOME/scratchformer`` (``~/.local/state``);
 where it cannot be read or written, no file counts as the program's, and an existing
-output needs ``--overwrite``. Files in a folder the program owns (a run directory, a data
-set's folder, the exercises folder) are judged by that folder's rules instead (a run's
-lock and config, a data command's comparison of content).
+output needs ``--overwrite`` (a command whose output is written never fails for it).
+Files in a folder the program owns (a run directory, a data set's folder, the exercises
+folder) are judged by that folder's rules instead (a run's lock and config, a data
+command's comparison of content, a data set's manifest).
 
 Its parts: ``ledger`` (what a path is, and which files the program wrote), ``plan``
-(a command's outputs, checked before any work), and this module, the writing itself.
+(a command's outputs, checked before any work), ``atomic`` (the steps of one write, the
+leftovers of an interrupted one), ``fileset`` (several files as one), and this module,
+the writing itself.
 tests/test_writer.py keeps it so: no module outside this package opens a file for
 writing, writes a path, saves arrays or a figure, copies or renames a file.
 """
@@ -38,12 +44,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import secrets
 import shutil
 import stat
 from pathlib import Path
 
+from scratchformer.writer.atomic import (
+    TEMPORARY_RE,
+    create_temporary,
+    discard,
+    fill,
+    folder_lock,
+    fsync_dir,
+    install,
+    remove_temporaries,
+    signals_held,
+    temporary_name,
+)
+from scratchformer.writer.fileset import MANIFEST_NAME, FileSet, SetCheck, check_manifest, digest
 from scratchformer.writer.ledger import (
     WriteError,
     _remember,
@@ -55,64 +72,6 @@ from scratchformer.writer.ledger import (
     written_as,
 )
 from scratchformer.writer.plan import Plan, Target, _target
-
-#: the name of an unfinished write's temporary file (the target's name inside)
-TEMPORARY_RE = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{12}\.tmp$")
-
-
-# -- writing -------------------------------------------------------------------------------
-def temporary_name(path: Path) -> Path:
-    """Where a write of ``path`` goes before it is renamed onto it."""
-    return path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    with contextlib.suppress(OSError):
-        os.fsync(fd)
-    os.close(fd)
-
-
-# The three steps of an atomic write, each its own function (the fault tests stop a
-# write after each): an empty temporary file beside the target, its content written and
-# fsync'ed, the rename onto the target (the folder fsync'ed).
-def create_temporary(path) -> tuple[int, Path]:
-    """``(fd, name)`` of a new, empty temporary file beside ``path`` (its folder made).
-    Mode 0666, so that the umask applies as to any file the user writes (mkstemp would
-    give 0600); O_EXCL with a random name makes it this write's alone."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(100):
-        tmp = temporary_name(path)
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
-        except FileExistsError:
-            continue
-    raise WriteError(f"cannot create a temporary file beside {path}")
-
-
-def fill(fd: int, write, binary: bool = True) -> None:
-    """``write(f)`` on the open temporary file ``fd``, then flushed, fsync'ed and closed."""
-    kwargs = {} if binary else {"encoding": "utf-8", "newline": "\n"}
-    with os.fdopen(fd, "wb" if binary else "w", **kwargs) as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def install(tmp, path) -> None:
-    """Rename the written temporary file onto ``path`` and make the rename durable."""
-    os.replace(tmp, path)
-    _fsync_dir(Path(path).parent)
-
-
-def discard(tmp) -> None:
-    """Remove a temporary file whose write failed."""
-    with contextlib.suppress(OSError):
-        os.unlink(tmp)
 
 
 def savez(f, arrays: dict, np) -> None:
@@ -192,7 +151,7 @@ def create_text(path, text: str, owner=None) -> Path:
     try:
         fill(fd, lambda f: f.write(text), binary=False)
         os.link(tmp, path)  # fails if the name is taken
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     finally:
         discard(tmp)
     return path
@@ -223,105 +182,6 @@ def _own_copy(path: Path) -> None:
         install(tmp, path)
     finally:
         discard(tmp)
-
-
-def _same_content(a, b, chunk: int = 1 << 20) -> bool:
-    try:
-        if os.path.getsize(a) != os.path.getsize(b):
-            return False
-        with open(a, "rb") as fa, open(b, "rb") as fb:
-            while True:
-                x, y = fa.read(chunk), fb.read(chunk)
-                if x != y:
-                    return False
-                if not x:
-                    return True
-    except OSError:
-        return False
-
-
-class FileSet:
-    """Several files written all or nothing (the splits of a data set, an exported model):
-
-        with FileSet({"train": path, ...}, owner=folder, inputs=[...]) as files:
-            files["train"].write(line)
-        files.unchanged        # every file was there with this very content
-
-    Files are text (UTF-8, ``\\n`` line ends) but for the keys in ``binary`` (bytes).
-
-    Each goes to a temporary file; when the block ends without an error: if every file
-    already holds exactly the new content, nothing is replaced (``unchanged``); else
-    existing files whose content differs are replaced only with ``overwrite`` (refused
-    in one line naming them, nothing replaced); on an error every temporary file goes.
-    An input of the command (by identity) and a link out of ``owner`` are refused before
-    anything is written."""
-
-    def __init__(self, paths: dict, owner=None, overwrite: bool = False, inputs=(), binary=()):
-        self.paths = {k: Path(p) for k, p in paths.items()}
-        self.binary = set(binary)
-        self.owner, self.overwrite = owner, overwrite
-        plan = Plan("", inputs, overwrite=True)
-        for p in self.paths.values():
-            plan._not_an_input(p, str(p))
-            if owner is not None and (p.is_symlink() or p.exists()) and not inside(p, owner):
-                raise WriteError(
-                    f"{p} leads out of {owner} (a link to {os.path.realpath(p)}): it would be "
-                    "written there; remove the link"
-                )
-        self.unchanged = False
-        self.replaced: list = []
-        self._tmp: dict = {}
-        self._files: dict = {}
-
-    def __enter__(self) -> dict:
-        try:
-            for k, p in self.paths.items():
-                fd, tmp = create_temporary(p)
-                self._tmp[k] = tmp
-                if k in self.binary:
-                    self._files[k] = os.fdopen(fd, "wb")
-                else:
-                    self._files[k] = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
-        except BaseException:
-            self._close(discard_all=True)
-            raise
-        return self._files
-
-    def _close(self, discard_all: bool) -> None:
-        for f in self._files.values():
-            with contextlib.suppress(OSError):
-                f.close()
-        if discard_all:
-            for tmp in self._tmp.values():
-                discard(tmp)
-
-    def __exit__(self, kind, error, tb) -> bool:
-        if kind is not None:
-            self._close(discard_all=True)
-            return False
-        for f in self._files.values():
-            f.flush()
-            os.fsync(f.fileno())
-        self._close(discard_all=False)
-        same = {k for k, p in self.paths.items() if _same_content(self._tmp[k], p)}
-        differ = [p for k, p in self.paths.items() if k not in same and p.exists()]
-        if differ and not self.overwrite:
-            for tmp in self._tmp.values():
-                discard(tmp)
-            names = ", ".join(str(p) for p in differ)
-            raise WriteError(
-                f"{names} {'exists' if len(differ) == 1 else 'exist'} with other content (your "
-                "edits, or data made with other settings): pass --overwrite to replace "
-                f"{'it' if len(differ) == 1 else 'them'}"
-            )
-        self.unchanged = len(same) == len(self.paths)
-        for k, p in self.paths.items():
-            if k in same:
-                discard(self._tmp[k])
-            else:
-                install(self._tmp[k], p)
-                self.replaced.append(p)
-        return False
 
 
 def open_lock(path) -> int:
@@ -390,22 +250,16 @@ def move(source, target) -> None:
     os.replace(source, target)
 
 
-def remove_temporaries(folder: Path, names=None) -> list[Path]:
-    """Delete the temporary files of writes a killed process left in ``folder`` (names
-    matching ``TEMPORARY_RE``; with ``names``, only those of targets so named); returns
-    them. Call it holding the folder's lock: no live write is then among them."""
-    removed = []
-    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
-        m = TEMPORARY_RE.match(p.name)
-        if m and (names is None or names(m["name"])) and p.is_file() and not p.is_symlink():
-            p.unlink()
-            removed.append(p)
-    return removed
-
-
 __all__ = [
+    "MANIFEST_NAME",
     "TEMPORARY_RE",
     "FileSet",
+    "SetCheck",
+    "check_manifest",
+    "digest",
+    "folder_lock",
+    "fsync_dir",
+    "signals_held",
     "Plan",
     "Target",
     "WriteError",

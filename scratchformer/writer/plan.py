@@ -89,6 +89,17 @@ class Plan:
             f"{name} exists ({what}){also}: name another file, or pass --overwrite to replace it"
         )
 
+    def text_output(self, path, role: str, *, flag: str, protected=None) -> Target | None:
+        """``output`` for a text output that may be the standard output: None (write to
+        standard output, ``standard_output`` checked) for ``-``, and for a name of the
+        standard output itself (``/dev/stdout``, ``/dev/fd/1``, or the very file the shell
+        redirected it to: ``--output /dev/stdout > f``), which is written as it is, never
+        replaced; else the Target."""
+        if str(path) == "-" or (identity(path) is not None and identity(path) == identity(1)):
+            self.standard_output()
+            return None
+        return self.output(path, role, flag=flag, suffix="text", protected=protected)
+
     def standard_output(self) -> None:
         """Refuse a standard output that is one of the inputs (``cmd < f > f``: the shell
         emptied it before the command started; ``>> f``: the output would grow the file

@@ -135,6 +135,33 @@ def test_cli_translate_file_and_stdin(model_and_tokenizer, tmp_path, capsys, mon
     assert "translated 1 sentence in " in capsys.readouterr().err
 
 
+def test_an_output_named_as_the_standard_output_is_the_standard_output(
+    model_and_tokenizer, tmp_path
+):
+    """``--output /dev/stdout > f`` (and ``--output f > f``, ``/dev/fd/1``): the file the
+    shell redirected standard output to is written as standard output, never refused as
+    a file of the user's, never replaced; ``-`` likewise."""
+    import subprocess  # noqa: PLC0415
+
+    m, tok = model_and_tokenizer
+    ckpt = save_checkpoint(
+        tmp_path / "checkpoint_7.npz", m, step=7, meta={"tokenizer": tok.to_dict()}
+    )
+    src = tmp_path / "src.txt"
+    src.write_text("the cat\n", encoding="utf-8")
+    expected = translate(m, tok, ["the cat"], search="greedy", max_len_b=4)
+    f = tmp_path / "f.txt"
+    for output in ("/dev/stdout", "/dev/fd/1", str(f), "-"):
+        with open(f, "w") as out:
+            r = subprocess.run(
+                [sys.executable, "-m", "scratchformer", "translate", "--checkpoint", str(ckpt),
+                 "--input", str(src), "--greedy", "--max-len-b", "4", "--output", output],
+                stdout=out, stderr=subprocess.PIPE, text=True, timeout=300,
+            )  # fmt: skip
+        assert r.returncode == 0, (output, r.stderr)
+        assert f.read_text(encoding="utf-8").splitlines() == expected, output
+
+
 def test_cli_translate_errors_are_reported_not_raised(model_and_tokenizer, tmp_path, capsys):
     m, tok = model_and_tokenizer
     bare = save_checkpoint(tmp_path / "checkpoint_1.npz", m, step=1)

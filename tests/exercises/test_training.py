@@ -50,7 +50,9 @@ def test_reference_solutions_train_like_the_engine(tmp_path, monkeypatch, capsys
         (folder / f"{ex.name}.py").write_text(ex.solution_text())
     before = engine_methods()
 
-    code = main(["exercise", "train", "--steps", "3", "--no-progress", *SMALL])
+    code = main(
+        ["exercise", "train", "--steps", "3", "--no-progress", "--time-limit", "600", *SMALL]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert f"passing: {', '.join(EXERCISES)}" in out

@@ -381,3 +381,16 @@ def test_out_of_gpu_memory_is_one_line_naming_the_setting(monkeypatch, capsys, c
     assert len(err) == 1, err
     assert "out of GPU memory (Out of memory allocating 2,147,483,648 bytes" in err[0]
     assert setting in err[0]
+
+
+@pytest.mark.skipif(B.cupy_available(), reason="CuPy with a GPU is available here")
+def test_the_python_api_refuses_an_unusable_backend_named_as_the_command_line_does(tmp_path):
+    code = (
+        "from scratchformer.models import Transformer, TransformerConfig\n"
+        "Transformer(TransformerConfig.preset('tiny', vocab_size=12))\n"
+    )
+    env = {**os.environ, "SCRATCHFORMER_BACKEND": "cupy"}
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert r.returncode == 1 and "BackendError: SCRATCHFORMER_BACKEND=cupy:" in r.stderr

@@ -22,6 +22,7 @@ import time
 import numpy as np
 import pytest
 from task_data import TINY_RUN
+from timing import untimed
 
 from scratchformer.checkpoint import load_with_tokenizer
 from scratchformer.cli import main
@@ -88,10 +89,11 @@ def test_chunked_translation_equals_one_chunk(
         return
     _same_nbest(chunked, whole)
     lines = whole.split("\n")[:-1]
-    blank = STREAM_INPUT.index("") + 1  # its line number
-    assert len(lines) == 2 * (len(STREAM_INPUT) - 1) + 1 and lines[2 * (blank - 1)] == ""
+    blank = [n for n, s in enumerate(STREAM_INPUT, start=1) if not s.strip()]  # "", "  "
+    assert len(blank) == 2 and len(lines) == 2 * (len(STREAM_INPUT) - 2) + 2
+    assert lines.count("") == 2  # an empty line each, no n-best lines
     assert [int(line.split("\t")[0]) for line in lines if line] == [
-        n for n in range(1, len(STREAM_INPUT) + 1) if n != blank for _ in (1, 2)
+        n for n in range(1, len(STREAM_INPUT) + 1) if n not in blank for _ in (1, 2)
     ]
 
 
@@ -326,7 +328,7 @@ def test_a_checkpoint_declaring_a_huge_model_is_refused_before_any_parameter(
     tiny_checkpoint, tmp_path, refused, allocations
 ):
     """A 100 KB file whose config says N = 100000: its few arrays cannot be that model's,
-    which is known from the declared parameter count, in no time."""
+    which is known from the declared parameter count, before any parameter is built."""
     with np.load(tiny_checkpoint, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     header = json.loads(arrays.pop("__meta__").tobytes())
@@ -336,11 +338,10 @@ def test_a_checkpoint_declaring_a_huge_model_is_refused_before_any_parameter(
     np.savez(path, **arrays, __meta__=blob)
     src = tmp_path / "src.txt"
     src.write_text("abc\n", encoding="utf-8")
-    t0 = time.perf_counter()
     line = refused(["translate", "--checkpoint", str(path), "--input", str(src)], str(path))
     assert "parameters do not match the model its config describes" in line
-    assert "(N 100000 + 100000," in line and time.perf_counter() - t0 < 5
-    assert allocations == []
+    assert "(N 100000 + 100000," in line
+    assert allocations == []  # known from the declared count: not one parameter built
 
 
 @pytest.mark.parametrize(
@@ -403,9 +404,11 @@ def test_a_check_past_twice_its_estimate_says_so_once_and_shows_both_times(capsy
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert err.count("note: this check has run more than twice its estimate") == 1
-    assert "cores are likely busy" in err and len(err.strip().splitlines()) == 1
+    assert "cores are likely busy" in err and untimed(err) == "", err  # the note alone
     assert "--threads 1" not in err  # it runs on one thread already
-    assert re.search(r"float64 \([\d.]+ (s|ms); estimated [\d.e-]+ s(; .* of CPU time)?\)", out)
+    # the time taken in any unit: a busy machine makes seconds minutes
+    assert re.search(r"float64 \([\d.,e+-]+ (s|ms|min|h|days); estimated [\d.e-]+ s(; .* of CPU "
+                     r"time)?\)", out), out
     assert main([*argv, "--threads", "2"]) == 0
     assert "give it one BLAS thread (--threads 1)" in capsys.readouterr().err
 

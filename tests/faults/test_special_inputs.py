@@ -351,6 +351,43 @@ def test_ctrl_c_while_the_program_loads_is_one_line(tmp_path, module):
     assert list(tmp_path.iterdir()) == []
 
 
+#: every module searched for while the program's ``__main__`` loads, and the handler of
+#: SIGINT at that moment
+_GUARDED_FROM_THE_START = """
+import _signal
+import sys
+
+_signal.signal(_signal.SIGINT, _signal.default_int_handler)  # as in a terminal
+
+
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] != "scratchformer":
+            print(name, getattr(_signal.getsignal(_signal.SIGINT), "__name__", "?"))
+        return None
+
+
+import scratchformer  # the package first, as the script's import does
+
+sys.modules.pop("signal", None)  # looked up by __main__ even where start-up loaded it
+sys.meta_path.insert(0, Spy())
+import scratchformer.__main__
+"""
+
+
+def test_ctrl_c_is_guarded_before_the_program_loads_anything():
+    """The program's script imports the package (which runs nothing) and its
+    ``__main__``, whose first statement is the guard: a module searched for from then on
+    (``signal``, whose enums take a millisecond to build) finds Ctrl-C guarded, so that
+    only Python's own start-up (``site``) comes before it."""
+    p = subprocess.run(
+        [sys.executable, "-c", _GUARDED_FROM_THE_START], capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0, p.stderr
+    looked_up = dict(line.split() for line in p.stdout.splitlines())
+    assert "signal" in looked_up and set(looked_up.values()) == {"_stop"}, looked_up
+
+
 def _program() -> list:
     """The installed ``scratchformer`` script beside this Python, else ``-m``."""
     script = Path(sys.executable).parent / "scratchformer"

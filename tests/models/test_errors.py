@@ -258,3 +258,62 @@ def test_config_values_of_the_wrong_type_are_named(overrides, message):
         TransformerConfig(**{**dict(vocab_size=11, N=1, d_model=16, d_ff=32, h=2), **overrides})
     TransformerConfig(vocab_size=11, N=1, d_model=16, d_ff=32, h=2, P_drop=0)  # int for float
     TransformerConfig(vocab_size=np.int64(11), N=1, d_model=16, d_ff=32, h=2)  # NumPy ints
+
+
+# -- the Python API's entry: the config, the generator, the cache, the backend -----------------
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (None, "Transformer(config): config must be a TransformerConfig, got NoneType"),
+        ({"vocab_size": V}, "got dict (make one: TransformerConfig(**d)"),
+    ],
+)
+def test_a_model_of_something_that_is_not_a_config_is_refused_in_one_line(config, message):
+    from scratchformer.models.classifier import EncoderClassifier  # noqa: PLC0415
+    from scratchformer.models.lm import LanguageModel  # noqa: PLC0415
+
+    with pytest.raises(ScratchformerError, match=re.escape(message)) as e:
+        Transformer(config)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ScratchformerError, match=r"^LanguageModel\(config\): config must be"):
+        LanguageModel(config)
+    with pytest.raises(ScratchformerError, match=r"^EncoderClassifier\(config\): config must"):
+        EncoderClassifier(config, 3)
+
+
+def test_a_generator_that_is_not_one_is_refused_in_one_line(model):
+    from scratchformer import device  # noqa: PLC0415
+
+    with pytest.raises(ScratchformerError, match=r"rng must be a generator, .*got str 'x'"):
+        model.forward(arr(SRC), arr([[1, 4, 5], [1, 6, 7]]), rng="x")
+    with pytest.raises(ScratchformerError, match="seed must be a whole number >= 0 .*got str 'x'"):
+        device.generator("x")
+    with pytest.raises(ScratchformerError, match="seed must be a whole number >= 0, got -1"):
+        device.generator(-1)
+
+
+def test_another_models_cache_is_refused_in_one_line(model):
+    """Even of the same sizes: its gradients would land on this model's parameters."""
+    other = Transformer(TransformerConfig.preset("tiny", vocab_size=V, max_len=MAX_LEN))
+    tgt = arr([[1, 4, 5], [1, 6, 7]])
+    logits, cache = other.forward(arr(SRC), tgt)
+    with pytest.raises(ScratchformerError, match="this cache was made by another model's"):
+        model.backward(B.xp.ones_like(logits), cache)
+    _, loss_cache = other.loss_forward(arr(SRC), tgt, tgt)
+    with pytest.raises(ScratchformerError, match="this cache was made by another model's"):
+        model.loss_backward(loss_cache)
+    with pytest.raises(ScratchformerError, match="expected the TransformerCache its forward"):
+        model.backward(B.xp.ones_like(logits), ("not", "a", "cache"))
+    other.loss_backward(loss_cache)  # its own: fine
+
+
+def test_a_backend_the_environment_named_that_cannot_start_is_refused(monkeypatch):
+    """SCRATCHFORMER_BACKEND=cupy without CuPy: the command line refuses to start, and so
+    does building a model (it would otherwise run on NumPy without a word)."""
+    error = B.BackendError("SCRATCHFORMER_BACKEND=cupy: CuPy is not installed")
+    monkeypatch.setattr(B, "env_error", error)
+    with pytest.raises(B.BackendError, match="SCRATCHFORMER_BACKEND=cupy"):
+        Transformer(TransformerConfig.preset("tiny", vocab_size=V))
+    B.set_backend(B.backend_name())  # a backend chosen in the program: the variable is moot
+    assert B.env_error is None
+    Transformer(TransformerConfig.preset("tiny", vocab_size=V))

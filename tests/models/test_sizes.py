@@ -4,14 +4,13 @@ class; the totals hold for any number of layers, in a time that does not grow wi
 them; declaring allocates nothing; the activation estimate brackets the measured peak."""
 
 import dataclasses
-import time
 import tracemalloc
 
 import numpy as np
 import pytest
 
 from scratchformer import device
-from scratchformer.models import PRESETS, TransformerConfig
+from scratchformer.models import PRESETS, TransformerConfig, sizes
 from scratchformer.models.sizes import (
     activation_bytes,
     build_model,
@@ -97,30 +96,39 @@ def test_totals_hold_for_any_number_of_layers(name, n, n_dec):
 
 def test_declaring_a_huge_model_allocates_nothing():
     """The big preset with 200 layers per stack, 10^6 learned positions and a vocabulary
-    of 10^6: 3 * 10^9 parameters declared in well under a second and 10 MB."""
+    of 10^6: 3 * 10^9 parameters declared in under 10 MB (no array is made: shapes only;
+    measured in memory, which a busy machine does not change, not in seconds)."""
     config = TransformerConfig.preset(
         "big", vocab_size=10**6, N=200, positions="learned", max_len=10**6
     )
     tracemalloc.start()
-    t0 = time.perf_counter()
     with shapes_only():
         model = build_model(SPECS["Transformer"], config)
-    seconds = time.perf_counter() - t0
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     params = model.parameters()
     assert all(isinstance(p, Declared) for p in params.values())
     assert model.encoder.pos.params["P"].shape == (10**6, 1024)
-    assert peak < 10e6 and seconds < 5, (peak, seconds)
+    assert peak < 10e6, peak
 
 
-def test_totals_of_a_hundred_thousand_layers_take_no_time():
-    """Against the names and shapes declared with 10 and 11 layers per stack, counted."""
+def test_totals_of_a_hundred_thousand_layers_take_no_time(monkeypatch):
+    """Against the names and shapes declared with 10 and 11 layers per stack, counted.
+    No time: the shapes are read with at most 2 layers a stack, whatever N (counted in
+    the layers read, which a busy machine does not change, not in seconds)."""
     spec = SPECS["Transformer"]
     config = TransformerConfig.preset("base", vocab_size=37000, N=100_000)
-    t0 = time.perf_counter()
+    read = []
+    real = sizes.parameter_shapes
+
+    def spy(spec, config):
+        read.append((config.N, config.N_dec))
+        return real(spec, config)
+
+    monkeypatch.setattr(sizes, "parameter_shapes", spy)
     tensors, entries = parameter_totals(spec, config)
-    assert time.perf_counter() - t0 < 2
+    monkeypatch.undo()
+    assert read and max(max(n) for n in read) <= 2, read
 
     def counted(n):
         shapes = parameter_shapes(spec, dataclasses.replace(config, N=n, N_dec=n))

@@ -210,12 +210,16 @@ def test_inf_gradient_stops_training(tmp_path, monkeypatch):
 # -- logs, outputs, final evaluation ------------------------------------------------------------
 def test_without_a_bar_no_stretch_of_steps_is_silent(tmp_path, monkeypatch):
     """A log (or a rank 0 under mpiexec) gets a line whenever TICK_SECONDS would pass
-    without one: after steps 1, 2, 3 and 5 here; steps 4 and 6 write their own lines."""
+    without one: after steps 1, 2, 3 and 5 here; steps 4 and 6 write their own lines.
+    The run's clock moves only in the steps (0.06 s each, against a tick of 0.05 s), so
+    that a busy machine (a slow validation, a slow save) changes nothing."""
     monkeypatch.setattr(train_loop, "TICK_SECONDS", 0.05)
+    now = [1000.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
     step = Trainer.train_step
 
     def slow_step(self):
-        time.sleep(0.06)
+        now[0] += 0.06
         return step(self)
 
     monkeypatch.setattr(Trainer, "train_step", slow_step)

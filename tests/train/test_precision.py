@@ -5,6 +5,7 @@ steps overflow never stops as divergence and counts them; a killed and resumed m
 run equals the uninterrupted one bit for bit."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -15,8 +16,10 @@ from scratchformer import device, dispatch
 from scratchformer.checkpoint import load_checkpoint
 from scratchformer.models import Transformer, TransformerConfig
 from scratchformer.optim.scaler import LossScaler
-from scratchformer.train import ConfigError, TrainConfig, train
+from scratchformer.train import ConfigError, TrainConfig, TrainingDiverged, train
 from scratchformer.train.config import LoopConfig, OptimConfig
+from scratchformer.train.report import train_line
+from scratchformer.train.step import Window, overflow_problem
 from scratchformer.train.stepper import Stepper
 
 MIXED = {"precision": "float16"}
@@ -165,3 +168,60 @@ def test_a_float16_run_on_numpy_says_once_that_it_is_emulated_and_slower(tmp_pat
     assert not [line for line in lines if line.startswith(("precision:", "  float16 on NumPy"))]
     loop = TrainConfig.from_dict({"train": MIXED}).train
     assert len(precision_note(loop, "numpy")) == 2 and len(precision_note(loop, "cupy")) == 1
+
+
+def test_a_diverging_float16_run_stops_as_float32_does_and_writes_no_final_model(tmp_path):
+    """A learning rate 1e6 times the paper's: in float32 the loss explodes; in float16
+    nearly every step overflows and is skipped, the loss scale halving each time. Below
+    train.min_loss_scale the run stops as diverged (the same error, naming the skipped
+    steps and the scale), and no final model is written."""
+    for precision in ("float32", "float16"):
+        cfg = small_config(tmp_path / precision, steps=30, precision=precision)
+        cfg.optim.lr_factor = 1e6
+        with pytest.raises(TrainingDiverged) as e:
+            train(cfg, progress=False, echo=quiet, final_eval=False)
+        assert not (tmp_path / precision / "run/checkpoints/final.npz").exists()
+    assert re.search(
+        r"the loss scale fell to [0-9.e-]+, below train.min_loss_scale = 1, with \d+ of the "
+        r"last \d+ steps skipped, their float16 gradients overflowing \(diverged\)",
+        str(e.value),
+    ), str(e.value)
+    recs = [
+        json.loads(x) for x in (tmp_path / "float16/run/metrics.jsonl").read_text().splitlines()
+    ]
+    assert recs[-1]["kind"] == "error" and "min_loss_scale" in recs[-1]["message"]
+
+
+def test_a_window_skipping_more_than_its_share_after_the_first_steps_is_a_divergence():
+    """Past the first Window.GRACE steps, a log window that skips more than
+    train.max_skipped_share of its steps stops the run (judged at the record); before,
+    a first scale too large is halved until it fits, and nothing stops."""
+    loop = TrainConfig.default().train
+    w = Window()
+    for s in range(91, 111):  # 10 steps within the grace, 10 after: 6 of those skipped
+        w.add({"step": s, "loss": 1.0, "nll": 1.0, "grad_norm": 1.0, "tokens": 1,
+               "skipped": s > 104, "loss_scale": 8.0})  # fmt: skip
+    w.flush()
+    assert w.late == [4, 6] and w.skipped == 6
+    why = overflow_problem(w, 8.0, loop, at_record=True)
+    assert why.startswith("6 of the last 10 steps after step 100 were skipped") and "0.5" in why
+    assert overflow_problem(w, 8.0, loop, at_record=False) == ""  # a save between records
+    assert "fell to 0.5, below" in overflow_problem(w, 0.5, loop, at_record=False)
+    early = Window()
+    for s in range(1, 21):
+        early.add({"step": s, "loss": 1.0, "nll": 1.0, "grad_norm": 1.0, "tokens": 1,
+                   "skipped": True, "loss_scale": 8.0})  # fmt: skip
+    early.flush()
+    assert overflow_problem(early, 8.0, loop, at_record=True) == ""
+    rec = early.record(20, 0, {"lr": 1.0, "grad_norm": 1.0, "loss_scale": 8.0}, 20)
+    assert "loss" not in rec and "nll" not in rec and "ppl" not in rec  # no loss, not 0.0
+    assert rec["skipped_steps"] == 20
+    assert "no loss: every step skipped" in train_line({**rec, "tokens_per_s": 1, "elapsed": 1}, 20)
+    assert Window(w.state()).late == [4, 6]  # kept for a resume between records
+
+
+def test_the_floor_and_the_share_are_checked_where_they_enter(tmp_path):
+    with pytest.raises(ConfigError, match="train.min_loss_scale must be a positive number"):
+        small_config(tmp_path, **MIXED, min_loss_scale=0.0)
+    with pytest.raises(ConfigError, match=r"train.max_skipped_share must be in \(0, 1\]"):
+        small_config(tmp_path, **MIXED, max_skipped_share=1.5)

@@ -3,6 +3,7 @@
 package needed); the real preparation runs in a slow test when the packages are present."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -297,3 +298,60 @@ def test_a_verse_pair_with_one_side_three_times_longer_is_dropped():
     s, t, rep = align_texts(src, tgt)
     assert rep.dropped_verses == ["Ps 18:1"] and rep.kept == 1
     assert [v.verse for v in s] == [v.verse for v in t] == list(range(2, 10))
+
+
+def test_data_pairs_writes_a_manifest_last_that_every_reader_checks(tmp_path, capsys):
+    """The splits' names, sizes and SHA-256, and the command that rebuilds them; a set
+    whose files do not match it (an interrupted overwrite, an edit) is refused in one line
+    naming that command, by train (and every reader) before anything is read."""
+    from scratchformer.cli import main  # noqa: PLC0415
+    from scratchformer.data.pairs import translation_pairs  # noqa: PLC0415
+    from scratchformer.data.text import CorpusError  # noqa: PLC0415
+
+    mine, out = tmp_path / "mine.tsv", tmp_path / "d"
+    mine.write_text("".join(f"fuente {i}\ttarget {i}\n" for i in range(60)))
+    assert main(["data", "pairs", str(mine), "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert sorted(manifest["files"]) == ["dev.tsv", "test.tsv", "train.tsv"]
+    assert manifest["command"] == f"scratchformer data pairs {mine} --out {out} --overwrite"
+    manifest["complete"] = False  # as a run killed among its renames leaves it
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CorpusError) as e:
+        translation_pairs(out, vocab_size=300, max_len=50)
+    assert str(e.value) == (
+        f"{out} is not a whole data set: a run writing it was interrupted: it is incomplete; "
+        f"rebuild it with `scratchformer data pairs {mine} --out {out} --overwrite`"
+    )
+    capsys.readouterr()
+    argv = ["train", "--config", "pairs", "--set", f"task.data_dir={out}", "--run-dir"]
+    assert main([*argv, str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a whole data set" in err[0], err
+    assert not (tmp_path / "run").exists()
+    assert main(["data", "pairs", str(mine), "--out", str(out)]) == 0  # no --overwrite needed
+    capsys.readouterr()
+    (out / "dev.tsv").write_text((out / "dev.tsv").read_text().replace("fuente", "source"))
+    with pytest.raises(
+        CorpusError, match=f"dev.tsv holds other content than it had .*delete {out}"
+    ):
+        translation_pairs(out, vocab_size=300, max_len=50)
+
+
+def test_data_goes_into_no_folder_of_a_run_or_of_another_kind_of_data_set(tmp_path, capsys):
+    from scratchformer.cli import main  # noqa: PLC0415
+
+    mine = tmp_path / "mine.tsv"
+    mine.write_text("".join(f"fuente {i}\ttarget {i}\n" for i in range(60)))
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
+    text = tmp_path / "web"
+    text.mkdir()
+    for s in ("train", "dev", "test"):
+        (text / f"{s}.txt").write_text("In the beginning\n")
+    for out, what in ((run, "the folder of a run"), (text, "the folder of a data set")):
+        before = sorted(p.name for p in out.iterdir())
+        assert main(["data", "pairs", str(mine), "--out", str(out), "--overwrite"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--out {out} is {what}: a data set would be" in err[0], err
+        assert sorted(p.name for p in out.iterdir()) == before

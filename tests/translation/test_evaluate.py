@@ -87,6 +87,19 @@ def test_evaluate_scores_the_decoded_split(tmp_path, bpe, data_dir, monkeypatch,
     assert rec["decode"] == "beam 4, alpha 0.6"
 
 
+def test_evaluate_output_dash_is_the_standard_output(tmp_path, bpe, data_dir, capsys, monkeypatch):
+    """``--output -`` writes the hypotheses to standard output (no file named "-"), the
+    scores to standard error beside them."""
+    pytest.importorskip("sacrebleu")
+    ckpt = _checkpoint(tmp_path, bpe, data_dir)
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", "--checkpoint", str(ckpt), "--greedy", "--output", "-"]) == 0
+    got = capsys.readouterr()
+    assert len(got.out.splitlines()) == 6 and "BLEU" not in got.out  # the hypotheses alone
+    assert "BLEU = " in got.err and "chrF = " in got.err
+    assert not (tmp_path / "-").exists()
+
+
 def test_evaluate_perplexity_is_the_per_token_likelihood_of_the_references(bpe, pairs):
     """The teacher-forced perplexity ``evaluate`` prints equals exp of the mean negative
     log-likelihood computed one sentence at a time with a plain log-softmax (so padding
@@ -114,6 +127,22 @@ def test_evaluate_perplexity_is_the_per_token_likelihood_of_the_references(bpe, 
         n += len(tgt_out)
     assert got["ppl_tokens"] == n and got["ppl_sentences"] == 7
     assert got["ppl"] == pytest.approx(math.exp(nll / n), rel=1e-4)
+
+
+def test_a_blank_line_of_any_whitespace_translates_to_an_empty_line(bpe):
+    """SentencePiece drops spaces alone but spells tabs and no-break spaces: a line of
+    them alone is as blank as one of spaces, an empty output with no n-best entries, the
+    model never run on it."""
+    from scratchformer.decode import translate, translate_nbest  # noqa: PLC0415
+
+    assert bpe.encode("\t") and bpe.encode("\u00a0") and not bpe.encode("   ")
+    model = Transformer(TransformerConfig(vocab_size=len(bpe.vocab), N=1, d_model=16, d_ff=32, h=2))
+    blank = ["", "   ", "\t", "\t\t", "\u00a0", " \t\u00a0 "]
+    assert translate(model, bpe, blank, beam_size=2, max_len_b=3) == [""] * len(blank)
+    assert translate(model, bpe, blank, search="greedy", max_len_b=3) == [""] * len(blank)
+    nbest = translate_nbest(model, bpe, blank, beam_size=2, nbest=2, max_len_b=3)
+    assert nbest == [[]] * len(blank)
+    assert translate(model, bpe, ["\tla casa"], search="greedy", max_len_b=3) != [""]
 
 
 def test_vocabulary_checkpoint_mismatch_is_an_error(tmp_path, bpe, data_dir, capsys):
@@ -144,6 +173,27 @@ def test_translation_task_loads_tsv_with_a_cached_joint_bpe(data_dir):
     (data_dir / "train.tsv").write_text("hola\n", encoding="utf-8")
     with pytest.raises(Exception, match=r"train\.tsv:1: expected source<TAB>target"):
         translation_pairs(str(data_dir), vocab_size=350, max_len=12)
+
+
+def test_dev_and_test_pairs_longer_than_the_task_allows_are_left_out_as_in_training(
+    tmp_path, data_dir
+):
+    """A pair with a side longer than task.max_len is left out of dev and test as of
+    training (counted, and said in the run's notes), so that a model sized to its training
+    pairs is never asked to score one it cannot hold; a split left empty is refused."""
+    from scratchformer.data.pairs import DataError, translation_pairs  # noqa: PLC0415
+
+    long = " ".join(["Él rey ve á la casa."] * 40)
+    for split in ("dev", "test"):
+        with open(data_dir / f"{split}.tsv", "a", encoding="utf-8") as f:
+            f.write(f"{long}\t{long}\n")
+    data = translation_pairs(str(data_dir), vocab_size=350, max_len=30)
+    assert data.dropped_held_out == {"valid": 1, "test": 1}
+    assert len(data.valid) == len(data.test) == 6 and long not in dict(data.test)
+    assert all(len(s) <= 30 and len(t) <= 30 for s, t in data.encoded("test"))
+    (data_dir / "test.tsv").write_text(f"{long}\t{long}\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"no pair of .*test\.tsv fits task\.max_len=30"):
+        translation_pairs(str(data_dir), vocab_size=350, max_len=30)
 
 
 def test_training_a_few_steps_and_resuming_checks_the_vocabulary(tmp_path, data_dir, monkeypatch):

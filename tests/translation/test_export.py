@@ -118,8 +118,59 @@ def test_a_run_folder_is_never_an_export_folder(trained, capsys):
     before = (run / "config.json").read_bytes()
     assert cli_main(["export", str(trained[0]), "-o", str(run), "--overwrite"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "export into a folder of its own" in err[0], err
+    assert len(err) == 1 and "is the folder of a run" in err[0], err
     assert (run / "config.json").read_bytes() == before
+
+
+def test_the_folder_of_a_data_set_of_checkpoints_or_of_the_exercises_is_refused(
+    trained, tmp_path, capsys
+):
+    """By what the program writes there (a manifest or splits, checkpoint_<step>.npz
+    files, an exercise's file), not only a run's config.json."""
+    data, exercises = tmp_path / "data", tmp_path / "exercises"
+    data.mkdir()
+    for s in ("train", "dev"):
+        (data / f"{s}.tsv").write_text("hola\thello\n")
+    exercises.mkdir()
+    (exercises / "relu.py").write_text('EXERCISE = "relu"\n')
+    cases = [
+        (trained[0].parent, "the checkpoints folder of the run in"),
+        (data, "the folder of a data set"),
+        (exercises, "the exercises folder"),
+    ]
+    for out, what in cases:
+        before = sorted(p.name for p in out.iterdir())
+        assert cli_main(["export", str(trained[0]), "-o", str(out), "--overwrite"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"-o {out} is {what}" in err[0], err
+        assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_an_export_replaces_only_an_earlier_export_whole(trained, tmp_path, capsys):
+    """A directory where a file goes, or a file that is not an export's, refuses the
+    folder before anything is written; over an earlier export, the new folder is built
+    beside it and renamed into place, nothing left beside it."""
+    out = tmp_path / "hf"
+    (out / "model.safetensors").mkdir(parents=True)
+    assert cli_main(["export", str(trained[0]), "-o", str(out), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model.safetensors is a directory" in err[0], err
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]
+    (out / "model.safetensors").rmdir()
+    (out / "notes.txt").write_text("mine")
+    assert cli_main(["export", str(trained[0]), "-o", str(out), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds notes.txt, which is not part of an export" in err[0], err
+    (out / "notes.txt").unlink()
+    assert cli_main(["export", str(trained[0]), "-o", str(out)]) == 0
+    (out / "config.json").write_text("{}")
+    assert cli_main(["export", str(trained[0]), "-o", str(out)]) == 2
+    assert "config.json exists with other content" in capsys.readouterr().err
+    inode = out.stat().st_ino
+    assert cli_main(["export", str(trained[0]), "-o", str(out), "--overwrite"]) == 0
+    assert out.stat().st_ino != inode  # a new folder, renamed into place
+    assert sorted(p.name for p in out.iterdir()) == sorted(export.FILES)
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]
 
 
 def test_tokenizer_json_encodes_and_decodes_as_sentencepiece(trained):

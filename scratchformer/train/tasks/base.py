@@ -20,8 +20,8 @@ validation, checkpoints, averaging, exact resume, the time limit, threads). A ta
     meta()                 what a checkpoint keeps to be used alone: task, tokenizer, ...
 
 Every model's ``loss_forward(*inputs, targets, rng)`` returns the mean loss over its
-targets and a cache whose ``loss`` is the cross-entropy's (``kernels.cross_entropy.n_tokens``
-and ``.nll_sum`` read the number of targets and their summed negative log-likelihood),
+targets and a cache whose ``loss`` is the cross-entropy's (its accessors ``n_tokens`` and
+``nll_sum`` read the number of targets and their summed negative log-likelihood),
 so one loop accumulates and logs them all.
 Splits are named "train", "valid" and "test".
 """

@@ -235,6 +235,16 @@ class TranslateTask(Seq2SeqTask):
                 f" with a side longer than task.max_len={self.settings.max_len} BPE tokens "
                 "(the pairs trained on; the model's positions are model.max_len)"
             )
+        held = self.data.dropped_held_out
+        if held:
+            n = " and ".join(
+                f"{k} {'dev' if s == 'valid' else s} pair{'s' if k != 1 else ''}"
+                for s, k in held.items()
+            )
+            lines.append(
+                f"left out {n} longer than task.max_len={self.settings.max_len} tokens: not "
+                "scored, as in training"
+            )
         for chosen in (self.data.chosen, self.fitted):
             if chosen:
                 lines.append(f"chosen from the data: {chosen}")
