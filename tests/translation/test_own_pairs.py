@@ -141,16 +141,17 @@ def test_a_model_far_larger_than_its_data_is_named_in_a_note(tmp_path):
 def test_the_pairs_left_out_and_the_model_s_positions_are_two_names(tmp_path):
     """``task.max_len`` (the longest side of a training pair kept) and ``model.max_len``
     (the model's positions) are printed on consecutive lines, each by its own name."""
-    data = write_translation(tmp_path / "data")
+    long = " ".join(["la casa grande"] * 30), " ".join(["the big house"] * 30)
+    data = write_translation(tmp_path / "data", corpus() + [long])  # a training pair only
     run = scratchformer(
-        "train", "--config", "pairs", "--data-dir", data, "--set", "task.max_len=20",
+        "train", "--config", "pairs", "--data-dir", data, "--set", "task.max_len=40",
         "--steps", "1", "--no-test", "--no-progress", "--run-dir", tmp_path / "run",
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     left = next(i for i, line in enumerate(lines) if line.startswith("left out "))
-    assert "with a side longer than task.max_len=20 BPE tokens" in lines[left]
+    assert "with a side longer than task.max_len=40 BPE tokens" in lines[left]
     model = next(line for line in lines if line.startswith("chosen from the data: model "))
     assert re.search(r", model\.max_len=\d+ positions \(", model), model
     assert " max_len=" not in model.replace("model.max_len=", "")
