@@ -25,9 +25,9 @@ import statistics
 import time
 import tracemalloc
 
-from scratchformer import backend, device
-from scratchformer.nn.attention import MultiHeadAttention
-from scratchformer.ops import causal_mask
+from scratchformer.engine import backend, device
+from scratchformer.engine.nn.attention import MultiHeadAttention
+from scratchformer.engine.ops import causal_mask
 
 
 def _attention(heads: int, block):
@@ -88,7 +88,7 @@ def _peak_bytes(call) -> int:
 
 
 def _model_step(block, length, repeats):
-    from scratchformer.models import Transformer, TransformerConfig
+    from scratchformer.engine.models import Transformer, TransformerConfig
 
     np = backend.np
     cfg = TransformerConfig.preset("small", vocab_size=8000, attention_block=block)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from scratchformer import backend
-from scratchformer.data import batch_by_size, padding_fraction, random_batches
+from scratchformer.app.data import batch_by_size, padding_fraction, random_batches
+from scratchformer.engine import backend
 
 
 def corpus_widths(n: int, seed: int = 0):

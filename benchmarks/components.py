@@ -26,17 +26,17 @@ import time
 _threads = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
 os.environ.setdefault("OPENBLAS_NUM_THREADS", _threads)
 
-from scratchformer import backend, device  # noqa: E402
-from scratchformer.models import Transformer, TransformerConfig  # noqa: E402
-from scratchformer.models.transformer import padding_mask  # noqa: E402
-from scratchformer.ops import (  # noqa: E402
+from scratchformer.engine import backend, device  # noqa: E402
+from scratchformer.engine.models import Transformer, TransformerConfig  # noqa: E402
+from scratchformer.engine.models.transformer import padding_mask  # noqa: E402
+from scratchformer.engine.ops import (  # noqa: E402
     cross_entropy_backward,
     cross_entropy_forward,
     layernorm_backward,
     layernorm_forward,
 )
-from scratchformer.ops.loss import cross_entropy  # noqa: E402
-from scratchformer.optim import Adam  # noqa: E402
+from scratchformer.engine.ops.loss import cross_entropy  # noqa: E402
+from scratchformer.engine.optim import Adam  # noqa: E402
 
 
 def _time(fn, repeats):

@@ -24,10 +24,10 @@ import argparse
 import platform
 import time
 
-from scratchformer import backend
-from scratchformer.backend import xp
-from scratchformer.decode import beam_search, greedy_decode
-from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.engine import backend
+from scratchformer.engine.backend import xp
+from scratchformer.engine.decode import beam_search, greedy_decode
+from scratchformer.engine.models import Transformer, TransformerConfig
 
 
 def _constrained_argmax(logits, step, out_len, cfg):

@@ -8,7 +8,7 @@ Per op (ReLU's forward, which the table sends to its in-place form when the call
 donates; layer norm's forward and backward): the median over ``--rounds`` of
 (time through the table - time of the direct call) / calls. The script finds the tables
 in either layout (``scratchformer.kernels.<op>`` before the reorganisation, the op's
-table in ``scratchformer.ops.<family>`` after), so one file measures two trees; run
+table in ``scratchformer.engine.ops.<family>`` after), so one file measures two trees; run
 both on a quiet machine, one after the other. Not a test: nothing here asserts.
 """
 

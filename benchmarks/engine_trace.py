@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 DISPATCHERS = ("kernels/table.py", "/dispatch.py")
 NORM_CLASSES = ("LayerNorm", "AddNorm")
 ATTENTION_CLASSES = ("MultiHeadAttention", "RelativeMultiHeadAttention", "SkewMultiHeadAttention",
-                     "LocalMultiHeadAttention")  # fmt: skip
+                     "LocalMultiHeadAttention")
 
 
 def _imp(name: str):
@@ -82,10 +82,10 @@ class Tracer:
             self.calls[(rel, frame.f_code.co_qualname)] += 1
             cls = frame.f_code.co_qualname.split(".")[0]
             kind = ("norm" if cls in NORM_CLASSES else
-                    "attention" if cls in ATTENTION_CLASSES else None)  # fmt: skip
+                    "attention" if cls in ATTENTION_CLASSES else None)
             if kind and frame.f_code.co_name in ("forward", "backward", "exit_forward",
                                                  "exit_backward", "enter_forward",
-                                                 "enter_backward"):  # fmt: skip
+                                                 "enter_backward"):
                 self._open.append((kind, self.depth))
             for k, _ in self._open:
                 self.within[k].add(rel)
@@ -128,7 +128,7 @@ def _reverse_model_and_batch():
     V = 13  # 10 letters and the three specials
     # the model of configs/reverse.toml (the default run), the tiny preset's other fields
     cfg = models.TransformerConfig.preset("tiny", vocab_size=V, N=2, d_model=64, d_ff=256,
-                                          h=4, P_drop=0.1, eps_ls=0.1)  # fmt: skip
+                                          h=4, P_drop=0.1, eps_ls=0.1)
     B, S = 64, 13
     src = r.integers(3, V, (B, S))
     src[:, -3:] = 0
@@ -154,11 +154,11 @@ def trace_training_step() -> dict:
     device = _imp("device")
     model, inputs, targets = _reverse_model_and_batch()
     optim = NS(beta1=0.9, beta2=0.98, eps=1e-9, weight_decay=0.0, schedule="noam", warmup=4000,
-               lr_factor=1.0, lr=None, clip_norm=1.0)  # the reverse config's  # fmt: skip
+               lr_factor=1.0, lr=None, clip_norm=1.0)  # the reverse config's
     train = NS(precision="float32", loss_scale=2.0**15, loss_scale_window=2000)
     stepper = _stepper_class()(model, optim, train, model.config.d_model)
     batch = NS(inputs=inputs, targets=targets, n_targets=int(np.sum(targets != 0)),
-               n_tokens=int(np.sum(inputs[0] != 0) + np.sum(targets != 0)))  # fmt: skip
+               n_tokens=int(np.sum(inputs[0] != 0) + np.sum(targets != 0)))
     stepper.step(1, [batch], [device.generator(1)])
     stepper.step(2, [batch], [device.generator(2)])
     tracer = Tracer(Path(importlib.import_module("scratchformer").__file__).parent)

@@ -56,7 +56,7 @@ def main() -> None:
                 print(f"## {name}: {label}\n\n$ scratchformer exercise {' '.join(command)}")
                 try:
                     done = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True,
-                                          timeout=args.wall)  # fmt: skip
+                                          timeout=args.wall)
                     out, rc = done.stdout + done.stderr, done.returncode
                 except subprocess.TimeoutExpired as e:
                     out = (

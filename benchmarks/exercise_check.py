@@ -31,7 +31,7 @@ from pathlib import Path
 
 from threadpoolctl import threadpool_limits
 
-from scratchformer import backend
+from scratchformer.engine import backend
 from scratchformer.exercises import EXERCISES, files, isolate
 from scratchformer.exercises.grade import grade
 from scratchformer.exercises.spec import TOL, new_seed
@@ -68,7 +68,7 @@ def main() -> None:
             subprocess.run(
                 [sys.executable, "-m", "scratchformer", "exercise", "check", name, "--dir", tmp],
                 check=True, capture_output=True,
-            )  # fmt: skip
+            )
             command = time.perf_counter() - t0
             right = max(err for _, err, _ in g.rows)
             wrong = min(_mistake_errors(ex, files.load(path, ex)), default=float("nan"))

@@ -1111,7 +1111,7 @@ WRONG = [
         "",
         {
             "linear_backward": """\
-    from scratchformer.ops.linear import linear_backward as engine
+    from scratchformer.engine.ops.linear import linear_backward as engine
     return engine(dout, cache)
 """
         },
@@ -1216,7 +1216,7 @@ def _fresh_row(row: dict, p: dict, text: str) -> dict:
         verdict = "unnamed"
     return {**row, "kind": p["kind"], "term": p["term"], "factor": p["factor"],
             "keywords_found": found, "named_by_diagnosis": by_harness, "verdict": verdict,
-            "report": text}  # fmt: skip
+            "report": text}
 
 
 def _row(name, label, generic, status, text) -> dict:
@@ -1238,7 +1238,7 @@ def _row(name, label, generic, status, text) -> dict:
     pointed = rejected and ("is wrong at" in flat or ", line " in flat or "has shape" in flat)
     return {"exercise": name, "pass": label, "class": generic, "status": status,
             "rejected": rejected, "named": bool(named), "pointed": bool(pointed),
-            "unknown": unknown, "says": _says(text)}  # fmt: skip
+            "unknown": unknown, "says": _says(text)}
 
 
 def _says(text: str) -> str:
@@ -1299,14 +1299,14 @@ def fresh_table(paths: list) -> None:
             why = ", ".join(x["keywords_found"]) or ("diagnosis" if x["named_by_diagnosis"] else "")
             cells.append(x["verdict"] + (f" ({why})" if why else ""))
         print(f"| {i} | {r['exercise']} | {r['pass']} | {r['kind']} | {r['term']} | "
-              f"{r['factor'] or ''} | " + " | ".join(cells) + f" | {r['says'].replace('|', '/')} |")  # fmt: skip
+              f"{r['factor'] or ''} | " + " | ".join(cells) + f" | {r['says'].replace('|', '/')} |")
 
 
 def table(before_path: str, after_path: str) -> None:
     before, after = (json.loads(Path(p).read_text()) for p in (before_path, after_path))
     print("| | before | after |\n|---|---|---|")
     for key, what in (("rejected", "rejected"), ("named", "named"), ("pointed", "pointed at"),
-                      ("unknown", '"not a mistake we know"')):  # fmt: skip
+                      ("unknown", '"not a mistake we know"')):
         b, a = (sum(r[key] for r in rows) for rows in (before, after))
         rb, ra = (sum(r["rejected"] for r in rows) for rows in (before, after))
         tail = f" ({100 * b / max(rb, 1):.0f}% of rejections)" if key == "unknown" else ""
@@ -1321,7 +1321,7 @@ def table(before_path: str, after_path: str) -> None:
 
         says = a["says"].replace("|", "/")
         print(f"| {i} | {a['exercise']} | {a['pass']} | {a['class']} | {cell(b)} | "
-              f"{cell(a)}: {says} |")  # fmt: skip
+              f"{cell(a)}: {says} |")
 
 
 if __name__ == "__main__":

@@ -271,7 +271,7 @@ RIGHT_FRESH = {
 
 def _p(exercise, label, kind, term, keywords, code, factor=None):
     return {"exercise": exercise, "label": label, "kind": kind, "term": term,
-            "factor": factor, "keywords": keywords, "code": code}  # fmt: skip
+            "factor": factor, "keywords": keywords, "code": code}
 
 
 def _core(body):

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import time
 
-from scratchformer.cli import main as cli_main
-from scratchformer.commands.gradcheck import demo_batch
-from scratchformer.gradcheck import check_model
-from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.app.cli import main as cli_main
+from scratchformer.app.commands.gradcheck import demo_batch
+from scratchformer.engine.gradcheck import check_model
+from scratchformer.engine.models import Transformer, TransformerConfig
 
 
 def main() -> int:

@@ -38,10 +38,10 @@ import transformers
 from threadpoolctl import threadpool_limits
 from transformers import MarianMTModel
 
-from scratchformer.checkpoint import load_with_tokenizer
-from scratchformer.decode import beam_search, greedy_decode
-from scratchformer.decode.common import max_output_lengths, writing_tokens
-from scratchformer.export import export_marian
+from scratchformer.app.checkpoint import load_with_tokenizer
+from scratchformer.app.export import export_marian
+from scratchformer.engine.decode import beam_search, greedy_decode
+from scratchformer.engine.decode.common import max_output_lengths, writing_tokens
 
 sys.path.insert(0, str(Path(__file__).parent))
 from hf_parity import padded, read_sources, their_generate  # noqa: E402

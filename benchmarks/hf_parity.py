@@ -2,7 +2,7 @@
 
     python benchmarks/hf_parity.py runs/bible-cpu/checkpoints/final.npz data/bible/test.tsv
 
-Exports the checkpoint (``scratchformer.export``) to a temporary folder, loads it with
+Exports the checkpoint (``scratchformer.app.export``) to a temporary folder, loads it with
 ``MarianMTModel.from_pretrained`` and ``AutoTokenizer.from_pretrained``, and compares on
 every source sentence of the TSV (``--limit`` for fewer):
 
@@ -42,10 +42,11 @@ import transformers
 from threadpoolctl import threadpool_limits
 from transformers import AutoTokenizer, MarianMTModel
 
-from scratchformer.checkpoint import load_with_tokenizer
-from scratchformer.decode import beam_search, greedy_decode, translate
-from scratchformer.decode.common import max_output_lengths, writing_tokens
-from scratchformer.export import export_marian
+from scratchformer.app.checkpoint import load_with_tokenizer
+from scratchformer.app.export import export_marian
+from scratchformer.app.translate import translate
+from scratchformer.engine.decode import beam_search, greedy_decode
+from scratchformer.engine.decode.common import max_output_lengths, writing_tokens
 
 
 def read_sources(tsv: Path, limit: int | None) -> list[str]:

@@ -20,12 +20,12 @@ import argparse
 import time
 import tracemalloc
 
-from scratchformer import backend
-from scratchformer.backend import xp
-from scratchformer.nn.attention import MultiHeadAttention
-from scratchformer.nn.local_attention import LocalMultiHeadAttention
-from scratchformer.ops.attention import causal_mask
-from scratchformer.ops.local_attention import band_mask
+from scratchformer.engine import backend
+from scratchformer.engine.backend import xp
+from scratchformer.engine.nn.attention import MultiHeadAttention
+from scratchformer.engine.nn.local_attention import LocalMultiHeadAttention
+from scratchformer.engine.ops.attention import causal_mask
+from scratchformer.engine.ops.local_attention import band_mask
 
 
 def measure(fwd, bwd):

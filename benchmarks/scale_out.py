@@ -7,7 +7,7 @@ Launched by ``train_speed.py`` (not meant to be run by hand):
 
 Every rank builds the whole model and the whole batch (the same seeds as the
 single-process rows), keeps the sentences ``rank, rank + N, ...`` of it
-(``scratchformer.distributed.share``) and times, alternately:
+(``scratchformer.app.distributed.share``) and times, alternately:
 
     ours   what the trainer's step does (``train/loop.py``): a dropout generator from
            ``dropout_seed``, ``accumulate_gradients(model, [share], rngs, world)`` (zero
@@ -47,7 +47,7 @@ def free_port() -> int:
 
 def mpi_missing() -> str | None:
     """Why ours cannot run as several processes here, or None."""
-    from scratchformer import distributed
+    from scratchformer.app import distributed
 
     if distributed.find_mpiexec() is None:
         return "mpiexec not found (pip install 'scratchformer[mpi]')"
@@ -59,7 +59,7 @@ def mpi_missing() -> str | None:
 def launch(child_cmd: list[str], env: dict, ranks: int, use_mpi: bool):
     """Run the child as ``ranks`` processes: under mpiexec, or (no MPI: torch alone) as
     plain processes told their rank. Returns (rank 0's JSON lines, error text or None)."""
-    from scratchformer import distributed
+    from scratchformer.app import distributed
 
     if use_mpi:
         cmd = [distributed.find_mpiexec(), "-n", str(ranks), *child_cmd]
@@ -182,9 +182,10 @@ def child(args, config, global_batch, build_ours, torch_module):
     (src, tgt_in, tgt_out) as in the single-process rows; ``build_ours(cfg)`` -> (model,
     flat Adam); ``torch_module()`` -> the ``torch_reference`` module.
     """
-    from scratchformer import backend, device, distributed
-    from scratchformer.train.step import accumulate_gradients, dropout_seed
-    from scratchformer.train.tasks.base import TaskBatch
+    from scratchformer.app import distributed
+    from scratchformer.app.train.records import accumulate_gradients, dropout_seed
+    from scratchformer.app.train.tasks.base import TaskBatch
+    from scratchformer.engine import backend, device
 
     np = backend.np
     mpi = distributed.launched_size() > 1

@@ -62,7 +62,7 @@ VARIANTS = {
     "local": {"attention": "local", "encoder_attention": "dense", "local_block": 3},
     "blockwise": {"attention_block": 3},
     "gelu": {"activation": "gelu"},
-}  # fmt: skip
+}
 LM_VARIANTS = {
     "lm-dense": {},
     "lm-skew": {"attention": "relative_skew", "max_relative_position": 2},

@@ -15,8 +15,8 @@ import resource
 import time
 import tracemalloc
 
-from scratchformer import backend, device
-from scratchformer.models import PRESETS, Transformer, TransformerConfig
+from scratchformer.engine import backend, device
+from scratchformer.engine.models import PRESETS, Transformer, TransformerConfig
 
 
 def main(argv=None):

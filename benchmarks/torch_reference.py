@@ -1,7 +1,7 @@
 """The same post-LN Transformer written with torch.nn: the eager reference we race against.
 
 Benchmark-only: scratchformer itself never imports torch. The model matches
-``scratchformer.models.Transformer`` layer for layer (so both do the same arithmetic):
+``scratchformer.engine.models.Transformer`` layer for layer (so both do the same arithmetic):
 
     memory = Encoder(dropout(E[src] * sqrt(D) + PE))      N post-LN layers
     h      = Decoder(dropout(E[tgt_in] * sqrt(D) + PE), memory)

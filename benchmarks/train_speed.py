@@ -138,7 +138,7 @@ def gemm_gflops(size: int = 1024, repeats: int = 5) -> float:
 
 # -- child side -----------------------------------------------------------------------------
 def _config(name, args):
-    from scratchformer.models import TransformerConfig
+    from scratchformer.engine.models import TransformerConfig
 
     overrides = dict(vocab_size=args.vocab, max_len=max(64, args.length))
     if args.attention_block:
@@ -148,7 +148,7 @@ def _config(name, args):
 
 def _batch(args):
     """The host batch (src, tgt_in, tgt_out), int64 (batch, length), no padding."""
-    from scratchformer import backend
+    from scratchformer.engine import backend
 
     np = backend.np
     data = np.random.default_rng(0)
@@ -158,8 +158,8 @@ def _batch(args):
 
 def _ours(cfg):
     """Our model, flattened, and the flat Adam."""
-    from scratchformer.models import Transformer
-    from scratchformer.optim import Adam
+    from scratchformer.engine.models import Transformer
+    from scratchformer.engine.optim import Adam
 
     model = Transformer(cfg)
     return model, Adam(model.flatten(), 0.9, 0.98, 1e-9)
@@ -174,7 +174,7 @@ def _torch_reference():
 
 def _setup(name, args):
     """Our model, optimizer and step closure, and the host batch."""
-    from scratchformer import backend, device
+    from scratchformer.engine import backend, device
 
     cfg = _config(name, args)
     src, tgt_in, tgt_out = _batch(args)
@@ -317,7 +317,7 @@ def _launch(args, threads, extra, repeats=None, tree=None):
 
 
 def _blas() -> str:
-    from scratchformer import backend
+    from scratchformer.engine import backend
 
     try:
         cfg = backend.np.show_config(mode="dicts")

@@ -5,9 +5,10 @@ python examples/01_model_api.py
 
 import numpy as np
 
-from scratchformer import Transformer, TransformerConfig, backend, device
-from scratchformer.gradcheck import check_model
-from scratchformer.ops.loss import cross_entropy
+from scratchformer import Transformer, TransformerConfig
+from scratchformer.engine import backend, device
+from scratchformer.engine.gradcheck import check_model
+from scratchformer.engine.ops.loss import cross_entropy
 
 config = TransformerConfig.preset("tiny", vocab_size=20)
 model = Transformer(config)
@@ -19,7 +20,7 @@ tgt_in = np.array([[1, 12, 13], [1, 14, 0]])  # (B, T)
 tgt_out = np.array([[12, 13, 2], [14, 2, 0]])  # (B, T)
 
 # Training step without an optimizer: a generator turns dropout on. It comes from
-# scratchformer.device, which gives the one that suits the backend (NumPy's or the GPU's).
+# scratchformer.engine.device, which gives the one that suits the backend (NumPy's or the GPU's).
 loss, cache = model.loss_forward(src, tgt_in, tgt_out, rng=device.generator(0))
 model.zero_grad()
 model.loss_backward(cache)

@@ -13,7 +13,7 @@ batch B = 2; the second source sentence has 2 padding positions, which are maske
     L = sum(O * dO)                                          a scalar: dO is its gradient
 
 The backward pass is written out below step by step, the same steps as
-scratchformer.ops.attention_backward (docs/derivations.md#scaled-dot-product-attention),
+scratchformer.engine.ops.attention_backward (docs/derivations.md#scaled-dot-product-attention),
 then every gradient is compared with float64 central differences.
 """
 
@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-from scratchformer.gradcheck import check_gradients
-from scratchformer.ops import attention_backward, attention_forward, softmax_backward
+from scratchformer.engine.gradcheck import check_gradients
+from scratchformer.engine.ops import attention_backward, attention_forward, softmax_backward
 
 rng = np.random.default_rng(0)
 B, T, S, D, Dh = 2, 3, 5, 6, 4
@@ -92,7 +92,7 @@ show("dm", dm, "dm = dK W_k^T + dV W_v^T: m feeds both K and V, so both paths ad
 lib_dQ, lib_dK, lib_dV = attention_backward(dO, cache)
 same = all(np.allclose(a, b) for a, b in [(lib_dQ, dQ), (lib_dK, dK), (lib_dV, dV)])
 same = same and np.allclose(softmax_backward(dA, cache.core.softmax), dZ)
-print(f"\nthe hand-written steps equal scratchformer.ops.attention_backward: {same}")
+print(f"\nthe hand-written steps equal scratchformer.engine.ops.attention_backward: {same}")
 
 print("\nevery gradient against float64 central differences (L(w + h) - L(w - h)) / 2h:")
 arrays = {"x": x, "m": m, "W_q": W_q, "W_k": W_k, "W_v": W_v}

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from scratchformer.ops import softmax_backward, softmax_forward
+from scratchformer.engine.ops import softmax_backward, softmax_forward
 
 rng = np.random.default_rng(0)
 S, N = 16, 500  # keys per query, queries per measurement

@@ -13,7 +13,7 @@ ways to compute softmax over such a row:
     -1e9 fill   set masked scores to -1e9 (a common trick): finite, but a fully masked
                 row becomes UNIFORM over all keys, padding included, so the query
                 averages values it was told to ignore
-    scratchformer.ops.softmax_forward: a fully masked row is all zeros (the max of a
+    scratchformer.engine.ops.softmax_forward: a fully masked row is all zeros (the max of a
                 row with no entry is replaced by 0, the zero sum by 1), every other row
                 is an ordinary softmax; masked entries are exactly 0 and get exactly 0
                 gradient
@@ -21,8 +21,8 @@ ways to compute softmax over such a row:
 
 import numpy as np
 
-from scratchformer.gradcheck import check_op
-from scratchformer.ops import (
+from scratchformer.engine.gradcheck import check_op
+from scratchformer.engine.ops import (
     attention_backward,
     attention_forward,
     softmax_backward,

@@ -8,8 +8,8 @@ never seen in training, greedy decoding, and the attention that makes copying po
 Copying "cabd" means output position t must find input position t, and the encoder-
 decoder attention learns exactly that: a diagonal.
 
-Training uses ``scratchformer.train`` (the one training loop, laid over the shipped
-defaults in scratchformer/configs/) with a deliberately tiny configuration (N=1,
+Training uses ``scratchformer.app.train`` (the one training loop, laid over the shipped
+defaults in scratchformer/app/configs/) with a deliberately tiny configuration (N=1,
 d_model=32, h=2, no dropout, no label smoothing, a constant learning rate after 20
 warmup steps) so that it finishes in a few seconds on a CPU; the default
 ``scratchformer train`` learns the harder reverse task with the paper's recipe.
@@ -19,10 +19,10 @@ import tempfile
 
 import numpy as np
 
-from scratchformer.checkpoint import load_checkpoint
-from scratchformer.data import tokenizer_from_dict
-from scratchformer.train import TrainConfig, train
-from scratchformer.viz import attention_maps
+from scratchformer.app.checkpoint import load_checkpoint
+from scratchformer.app.data import tokenizer_from_dict
+from scratchformer.app.train import TrainConfig, train
+from scratchformer.app.viz import attention_maps
 
 STEPS = 600
 config = {

@@ -44,10 +44,10 @@ import signal  # noqa: E402  (after the guard)
 def main() -> int:
     _guard()
     try:
-        from scratchformer import writer
+        from scratchformer.app import writer
 
         writer.fill_closed_standard_streams()
-        from scratchformer.cli import main as run
+        from scratchformer.app.cli import main as run
 
         code = run()
         # the command is over: a Ctrl-C now stops nothing, and Python's teardown would

@@ -3,7 +3,7 @@ switches it), one definition for every test file."""
 
 import numpy as np
 
-from scratchformer import backend as B
+from scratchformer.engine import backend as B
 
 
 def randn(seed, *shape, dtype=np.float64, scale=1.0):

@@ -14,13 +14,13 @@ from collections import Counter
 
 import pytest
 
-import scratchformer.ops  # noqa: F401  (every op registered)
-from scratchformer import backend as B
-from scratchformer import dispatch
+import scratchformer.engine.ops  # noqa: F401  (every op registered)
+from scratchformer.engine import backend as B
+from scratchformer.engine import dispatch
 
 pytest_plugins = ["mpi_jobs"]  # the fixtures of the tests that start mpiexec
 
-# The writer's ledger of the files it wrote (scratchformer/writer/) in a folder of this
+# The writer's ledger of the files it wrote (scratchformer/app/writer/) in a folder of this
 # test run's, never the user's ~/.local/state (subprocesses inherit it)
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="scratchformer-tests-state-")
 

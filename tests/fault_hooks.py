@@ -36,7 +36,7 @@ def _stop(point: str, path) -> None:
 
 def hook_saves(wanted: str, setattr=setattr) -> None:
     """Stop checkpoint saves at ``wanted`` (see the module doc)."""
-    from scratchformer import checkpoint
+    from scratchformer.app import checkpoint
 
     point, _, name = wanted.partition(":")
     saving = {}  # the path of the save in progress (saves are one at a time)
@@ -72,7 +72,7 @@ def hook_saves(wanted: str, setattr=setattr) -> None:
 
 def hook_rank(wanted: str, setattr=setattr) -> None:
     """Make rank ``r`` of ``wanted = "r:n"`` raise at its n-th gradient sum."""
-    from scratchformer import distributed
+    from scratchformer.app import distributed
 
     rank, _, n = wanted.partition(":")
     real = distributed.MPIWorld.sum_

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scratchformer import distributed
-from scratchformer.checkpoint import load_checkpoint
-from scratchformer.train.limits import cores
+from scratchformer.app import distributed
+from scratchformer.app.checkpoint import load_checkpoint
+from scratchformer.app.train.limits import cores
 
 #: how long a job may take to end after one of its ranks was killed or failed
 END_LIMIT = 30

@@ -53,7 +53,7 @@ def write_translation(d, pairs=None):
 def train_translation(root, steps: int = 150):
     """A small BPE translation model trained in seconds on ``corpus()`` (2+2 layers,
     d_model 32, a 350-id joint BPE): the path of its ``final.npz``. Needs SentencePiece."""
-    from scratchformer.cli import main as cli_main
+    from scratchformer.app.cli import main as cli_main
 
     root = Path(root)
     data = write_translation(root / "data")

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer import device
+from scratchformer.engine import backend as B
+from scratchformer.engine import device
 
 
 def test_default_backend_is_numpy_float32():

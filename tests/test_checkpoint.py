@@ -9,8 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer.checkpoint import (
+from scratchformer.app.checkpoint import (
     CheckpointError,
     average_checkpoints,
     checkpoint_name,
@@ -19,9 +18,15 @@ from scratchformer.checkpoint import (
     load_with_tokenizer,
     save_checkpoint,
 )
-from scratchformer.data import CharTokenizer
-from scratchformer.models import EncoderClassifier, LanguageModel, Transformer, TransformerConfig
-from scratchformer.optim import Adam
+from scratchformer.app.data import CharTokenizer
+from scratchformer.engine import backend as B
+from scratchformer.engine.models import (
+    EncoderClassifier,
+    LanguageModel,
+    Transformer,
+    TransformerConfig,
+)
+from scratchformer.engine.optim import Adam
 
 
 def tiny_model(seed=0, **kw):
@@ -161,8 +166,8 @@ def test_every_model_class_round_trips_and_is_named_where_it_does_not_fit(tmp_pa
 def test_text_tools_need_a_matching_tokenizer(tmp_path):
     """translate, evaluate and plot load through load_with_tokenizer: a checkpoint with
     no tokenizer, or one of another vocabulary size, is refused with the reason."""
-    from scratchformer.checkpoint import load_with_tokenizer  # noqa: PLC0415
-    from scratchformer.data import CharTokenizer  # noqa: PLC0415
+    from scratchformer.app.checkpoint import load_with_tokenizer  # noqa: PLC0415
+    from scratchformer.app.data import CharTokenizer  # noqa: PLC0415
 
     tok = CharTokenizer.fit(["abcdefghi"])  # 9 symbols + 4 specials = 13 ids
     assert len(tok.vocab) == 13

@@ -4,7 +4,7 @@ import re
 import subprocess
 import sys
 
-from scratchformer.cli import main
+from scratchformer.app.cli import main
 
 
 def test_gradcheck_cli_passes_and_prints_a_table(capsys):
@@ -44,7 +44,7 @@ def test_version_and_plain_help(capsys):
     import pytest  # noqa: PLC0415
 
     from scratchformer import __version__  # noqa: PLC0415
-    from scratchformer.cli import COMMANDS  # noqa: PLC0415
+    from scratchformer.app.cli import COMMANDS  # noqa: PLC0415
 
     with pytest.raises(SystemExit) as e:
         main(["--version"])

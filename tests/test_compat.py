@@ -1,11 +1,12 @@
-"""Compatibility with earlier versions (scratchformer/compat.py): each older form is read
+"""Compatibility with earlier versions (scratchformer/app/compat.py): each older form is read
 as its current one, with a note where the user should change something, and
 docs/compatibility.md lists every one of them with the version that drops them."""
 
 import re
 from pathlib import Path
 
-from scratchformer import __version__, compat
+from scratchformer import __version__
+from scratchformer.app import compat
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "compatibility.md").read_text()
 

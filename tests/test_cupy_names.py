@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import scratchformer
-from scratchformer.device.counter import CounterGenerator
+from scratchformer.engine.device.counter import CounterGenerator
 
 PACKAGE = Path(scratchformer.__file__).resolve().parent
 #: keywords every CuPy ufunc takes (``ufunc.__call__`` has no inspectable signature)
@@ -27,10 +27,9 @@ UFUNC_KEYWORDS = {"out", "dtype", "casting"}
 #: a dropout generator's name in the package's code, and where device generators are used
 #: (elsewhere ``rng`` is a host generator: data order, initialisation, sampling)
 GENERATOR_NAMES = {"rng", "gen", "replay", "generator"}
-GENERATOR_FLOORS = ("ops/", "kernels/", "device/")
+GENERATOR_FLOORS = ("engine/ops/", "engine/device/")
 #: where the package's array code is (elsewhere ``x.dumps()`` is json's, not an array's)
-ARRAY_CODE = ("device/", "ops/", "kernels/", "nn/", "models/", "optim/", "decode/",
-              "train/step.py", "gradcheck.py")  # fmt: skip
+ARRAY_CODE = ("engine/", "app/train/records.py")
 
 
 def cupy_module():
@@ -162,10 +161,10 @@ def test_a_misspelt_name_and_a_wrong_keyword_are_found(tmp_path, monkeypatch):
     monkeypatch.setattr(
         "test_cupy_names.all_uses",
         lambda: (("ops/_planted_for_test.py", *u) for u in uses(
-            "from scratchformer.backend import xp\n"
+            "from scratchformer.engine.backend import xp\n"
             "def f(x):\n    return xp.exponent(x).sum(keepdim=True)\n"
         )),
-    )  # fmt: skip
+    )
     missing, _ = problems(cupy)
     assert not planted.exists()
     assert any("xp exponent does not exist" in m for m in missing), missing

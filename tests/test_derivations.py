@@ -6,7 +6,7 @@ root). Checked here, without importing anything (the sources are read with ``ast
 
 1. every link resolves: the file exists and defines that function, or that class with
    that method (defined in it or inherited from a base class);
-2. every public forward/backward op of ``scratchformer/ops/`` (a module-level function
+2. every public forward/backward op of ``scratchformer/engine/ops/`` (a module-level function
    named ``*_forward``, ``*_backward``, or an in-place ``*_forward_`` / ``*_backward_``)
    is linked from some section;
 3. the file holds no control character other than newline (a ``\\t`` or ``\\b`` of LaTeX
@@ -27,7 +27,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "derivations.md"
-OPS = ROOT / "scratchformer" / "ops"
+OPS = ROOT / "scratchformer" / "engine" / "ops"
 
 #: `path/to/file.py::name` or `path/to/file.py::Class.method`, backquoted
 LINK = re.compile(r"`([\w./-]+\.py)::([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)`")

@@ -18,19 +18,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import scratchformer.ops
-from scratchformer import backend as B
-from scratchformer import device, dispatch, parity
-from scratchformer.cli import main
-from scratchformer.gradcheck import check_op
-from scratchformer.models import LanguageModel, Transformer, TransformerConfig
-from scratchformer.ops.activations import relu
-from scratchformer.ops.attention import attention_core, attention_core_backward
-from scratchformer.ops.linear import linear
-from scratchformer.ops.loss import cross_entropy
-from scratchformer.ops.tanh import tanh
+import scratchformer.engine.ops
+from scratchformer.app.cli import main
+from scratchformer.engine import backend as B
+from scratchformer.engine import device, dispatch, parity
+from scratchformer.engine.gradcheck import check_op
+from scratchformer.engine.models import LanguageModel, Transformer, TransformerConfig
+from scratchformer.engine.ops.activations import relu
+from scratchformer.engine.ops.attention import attention_core, attention_core_backward
+from scratchformer.engine.ops.linear import linear
+from scratchformer.engine.ops.loss import cross_entropy
+from scratchformer.engine.ops.tanh import tanh
 
-OPS = Path(scratchformer.ops.__file__).resolve().parent
+OPS = Path(scratchformer.engine.ops.__file__).resolve().parent
 #: forward/backward pairs of ops/ that are not tables: pieces of an op (re-indexings),
 #: and dense attention, the composition of two tables (logits, then the core)
 NOT_TABLES = {"skew", "window", "attention"}
@@ -57,7 +57,7 @@ def test_every_op_has_a_table_whose_reference_is_the_op():
             continue
         table = dispatch.table(name)
         assert table.reference.forward.__name__ == f"{name}_forward", name
-        assert table.reference.forward.__module__ == f"scratchformer.ops.{module}"
+        assert table.reference.forward.__module__ == f"scratchformer.engine.ops.{module}"
         assert table.reference.backward.__name__ == f"{name}_backward"
     for table in dispatch.TABLES.values():  # every table can be checked and is described
         assert table.cases is not None, table.name
@@ -70,10 +70,10 @@ def test_one_file_per_op_family():
     for name, table in dispatch.TABLES.items():
         home = table.reference.forward.__module__
         assert getattr(importlib.import_module(home), name) is table, name
-        assert table.cases.__module__ in (home, "scratchformer.ops.cases"), name
+        assert table.cases.__module__ in (home, "scratchformer.engine.ops.cases"), name
         for impl in table.entries.values():
             where = {f.__module__ for f in (impl.forward, impl.backward)}
-            assert where <= {home, "scratchformer.ops.float16"}, (name, impl.name, where)
+            assert where <= {home, "scratchformer.engine.ops.float16"}, (name, impl.name, where)
     assert not (OPS.parent / "kernels").exists()
 
 
@@ -363,7 +363,7 @@ def test_the_switch_forces_the_references_everywhere_with_the_same_results():
 
 def test_the_environment_switch_and_the_command(capsys):
     env = {**os.environ, "SCRATCHFORMER_KERNELS": "reference"}
-    code = ("import scratchformer.ops; from scratchformer import dispatch; "
+    code = ("import scratchformer.engine.ops; from scratchformer.engine import dispatch; "
             "print(dispatch.table('relu').chosen().name)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "reference", out.stderr

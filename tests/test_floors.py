@@ -1,22 +1,27 @@
 """The floors of the package: imports only go down, and no floor imports itself in a circle.
 
-The package is built in floors, each using only the ones below it (docs/layout.md shows
-the same order):
+The package is two houses and the exercises, each built in floors that use only the
+ones below (docs/layout.md shows the same order). The engine is the lower house: it
+imports nothing of the application or the exercises.
 
-    0  backend, errors, progress,     arrays, error types, progress display, host memory,
-       memory, compat, writer         older names and files still read, the one writer
-    1  device                         device primitives: scatter-add, row dot, generator
-    2  dispatch                       each op's table and the choice of what runs
-    3  ops, parity                    one file per op family: the reference pairs, the
-                                      faster forms, the registration; the parity harness
-    4  nn                             modules: parameters, gradients, wiring
-    5  models                         the Transformer, the language model, the classifier
-    6  optim, data, decode            Adam and the schedule; data; decoding
-    7  checkpoint, gradcheck, bleu,   checkpoints; gradient checks; BLEU; plots;
-       viz, export                    the transformers export
-    8  train, distributed, exercises  the one training loop and its tasks; data parallelism;
-                                      the exercises, graded and trained through the loop
-    9  commands, cli, __main__        the command line
+    engine
+     0  backend, errors, memory        arrays, error types and input checks, host memory
+     1  device                         device primitives: scatter-add, row dot, generator
+     2  dispatch                       each op's table and the choice of what runs
+     3  ops, parity                    one file per op family; the parity harness
+     4  nn                             modules: parameters, gradients, wiring
+     5  models                         the Transformer, the language model, the classifier
+     6  optim, decode                  Adam, schedules, clipping, loss scaling; decoding
+     7  step, gradcheck                one optimizer step; the gradient checks
+    app (and the exercises)
+     8  errors, progress, compat,      the application's errors, progress display, older
+        writer                         names and files still read, the one writer
+     9  data                           vocabularies, tokenizers, batching, data sets
+    10  checkpoint*, translate, bleu,  checkpoints; text in, text out; BLEU; plots;
+        viz, export                    the transformers export
+    11  train, distributed             the one run loop and its tasks; data parallelism
+    12  exercises                      graded and trained through the loop
+    13  commands, cli, __main__        the command line
 
 Every import counts, inside functions too (a function-local import is no way around a
 floor). ``scratchformer/__init__.py`` is the package's front door: it may re-export from
@@ -36,18 +41,26 @@ import scratchformer
 
 PACKAGE = Path(scratchformer.__file__).resolve().parent
 
-FLOORS = [
-    {"backend", "errors", "progress", "memory", "compat", "writer"},
-    {"device"},
-    {"dispatch"},
-    {"ops", "parity"},
-    {"nn"},
-    {"models"},
-    {"optim", "data", "decode"},
-    {"checkpoint", "checkpoint_read", "checkpoint_fields", "gradcheck", "bleu", "viz", "export"},
-    {"train", "distributed", "exercises"},
-    {"commands", "cli", "__main__"},
+ENGINE = [
+    {"engine", "engine.backend", "engine.errors", "engine.memory"},
+    {"engine.device"},
+    {"engine.dispatch"},
+    {"engine.ops", "engine.parity"},
+    {"engine.nn"},
+    {"engine.models"},
+    {"engine.optim", "engine.decode"},
+    {"engine.step", "engine.gradcheck"},
 ]
+APP = [
+    {"app", "app.errors", "app.progress", "app.compat", "app.writer"},
+    {"app.data"},
+    {"app.checkpoint", "app.checkpoint_read", "app.checkpoint_fields", "app.translate",
+     "app.bleu", "app.viz", "app.export"},
+    {"app.train", "app.distributed"},
+    {"exercises"},
+    {"app.commands", "app.cli", "__main__"},
+]
+FLOORS = ENGINE + APP
 ROOT = "(package root)"
 
 
@@ -80,13 +93,15 @@ def imports_of(path: Path, modules: dict[str, Path]):
 
 
 def floor_of(module: str, floors=FLOORS) -> int | str:
-    """The floor of a dotted module name: by its first component under the package."""
+    """The floor of a dotted module name: by its first two components under the package
+    (``engine.ops``), else its first (``exercises``)."""
     parts = module.split(".")
     if len(parts) == 1:
         return ROOT
-    for i, names in enumerate(floors):
-        if parts[1] in names:
-            return i
+    for key in (".".join(parts[1:3]), parts[1]):
+        for i, names in enumerate(floors):
+            if key in names:
+                return i
     raise KeyError(module)
 
 
@@ -137,9 +152,51 @@ def cycles(package: Path, floors=FLOORS) -> list[list[str]]:
 
 # -- the package ----------------------------------------------------------------------------
 def test_every_part_of_the_package_has_a_floor():
-    parts = {n.split(".")[1] for n in module_names(PACKAGE) if "." in n}
-    unplaced = sorted(p for p in parts if not any(p in f for f in FLOORS))
+    unplaced = []
+    for name in module_names(PACKAGE):
+        if "." in name:
+            try:
+                floor_of(name)
+            except KeyError:
+                unplaced.append(name)
     assert not unplaced, f"give these a floor in FLOORS (and docs/layout.md): {unplaced}"
+
+
+def engine_imports(package: Path) -> list[str]:
+    """Every import by a module of the engine of a module outside it (the application, the
+    exercises, the front door)."""
+    modules = module_names(package)
+    top = package.name
+    found = []
+    for name, path in modules.items():
+        if not name.startswith(f"{top}.engine"):
+            continue
+        for target, line in imports_of(path, modules):
+            if not target.startswith(f"{top}.engine"):
+                where = path.relative_to(package.parent).as_posix()
+                found.append(f"{where}:{line} imports {target}")
+    return found
+
+
+def test_the_engine_imports_nothing_of_the_application():
+    found = engine_imports(PACKAGE)
+    assert not found, "the engine imports outside itself:\n" + "\n".join(found)
+
+
+def test_a_planted_import_of_the_application_in_the_engine_is_found(tmp_path):
+    """A copy of the package with one import of the application planted in an op's file:
+    both checks name it (its floor, and the engine's house)."""
+    import shutil
+
+    copy = tmp_path / PACKAGE.name
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    target = copy / "engine" / "ops" / "linear.py"
+    target.write_text(target.read_text() + "\n\ndef _planted():\n"
+                      f"    from {PACKAGE.name}.app import writer\n")
+    where = f"{PACKAGE.name}/engine/ops/linear.py"
+    assert any(f.startswith(where) and "imports" in f and ".app.writer" in f
+               for f in upward_imports(copy))
+    assert [f for f in engine_imports(copy) if f.startswith(where)]
 
 
 def test_imports_only_go_down():
@@ -153,21 +210,27 @@ def test_no_import_cycles():
 
 
 def test_the_layout_page_lists_the_floors_in_order():
-    """docs/layout.md numbers the parts of the package by the same floors."""
+    """docs/layout.md numbers the parts of each house by the same floors."""
     section = (PACKAGE.parent / "docs" / "layout.md").read_text(encoding="utf-8")
     block = section[section.index("```") : section.index("```", section.index("```") + 3)]
     numbered = {}
-    floor = None
+    house, floor = "", None
     for line in block.splitlines()[2:]:
-        m = re.match(r"  (\d) |    \S", line)
-        if not m:
+        head = re.match(r"  (engine|app|exercises)/ ", line)
+        if head:
+            house = head.group(1)
+            if house == "exercises":
+                numbered["exercises"] = int(re.search(r"  (\d+): ", line).group(1))
+            continue
+        m = re.match(r"    ( ?\d+) |       \S", line)
+        if not m or not house:
             continue
         floor = int(m.group(1)) if m.group(1) else floor
-        for name in re.findall(r"([a-z_]+)(?:\.py|/)", line[:24]):
-            numbered[name] = floor
-    want = {n: i for i, names in enumerate(FLOORS) for n in names if n not in ("__main__",)}
-    if not any((PACKAGE / f"distributed{end}").exists() for end in (".py", "")):
-        want.pop("distributed")  # a floor-8 name reserved for data parallelism
+        for name in re.findall(r"([a-z_]+)(?:\.py|/)", line[:28]):
+            if name != "configs":  # package data, not a module
+                numbered[f"{house}.{name}"] = floor
+    want = {n: i for i, names in enumerate(FLOORS) for n in names
+            if n not in ("__main__", "engine", "app")}
     assert numbered == want
 
 

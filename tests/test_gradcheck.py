@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from arrays import randn
 
-from scratchformer import backend as B
-from scratchformer.gradcheck import (
+from scratchformer.engine import backend as B
+from scratchformer.engine.gradcheck import (
     check_gradients,
     check_model,
     check_module,
@@ -17,10 +17,15 @@ from scratchformer.gradcheck import (
     numeric_gradient,
     rel_error,
 )
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.nn import Linear
-from scratchformer.ops import attention_backward, attention_forward, linear_backward, linear_forward
-from scratchformer.ops.linear import linear
+from scratchformer.engine.models import Transformer, TransformerConfig
+from scratchformer.engine.nn import Linear
+from scratchformer.engine.ops import (
+    attention_backward,
+    attention_forward,
+    linear_backward,
+    linear_forward,
+)
+from scratchformer.engine.ops.linear import linear
 
 pytestmark = pytest.mark.usefixtures("backend")
 

@@ -11,11 +11,11 @@ import contextlib
 import numpy as np
 import pytest
 
-from scratchformer import backend
-from scratchformer.cli import main
-from scratchformer.commands import gradcheck_clock as clock
-from scratchformer.gradcheck import rounding_floor
-from scratchformer.train.config import TrainConfig
+from scratchformer.app.cli import main
+from scratchformer.app.commands import gradcheck_clock as clock
+from scratchformer.app.train.config import TrainConfig
+from scratchformer.engine import backend
+from scratchformer.engine.gradcheck import rounding_floor
 
 QUICK = ["gradcheck", "--norm", "post", "--samples", "3", "--no-progress"]
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from scratchformer import backend
-from scratchformer.backend import xp
-from scratchformer.cli import main
-from scratchformer.commands.gradcheck import demo_batch
-from scratchformer.gradcheck import check_directions
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.ops.attention import attention_core_backward
+from scratchformer.app.cli import main
+from scratchformer.app.commands.gradcheck import demo_batch
+from scratchformer.engine import backend
+from scratchformer.engine.backend import xp
+from scratchformer.engine.gradcheck import check_directions
+from scratchformer.engine.models import Transformer, TransformerConfig
+from scratchformer.engine.ops.attention import attention_core_backward
 
 
 def _model(preset: str, **overrides):

@@ -2,7 +2,7 @@
 
 import re
 
-from scratchformer.cli import main
+from scratchformer.app.cli import main
 
 
 def test_explain_shows_analytic_and_numeric_side_by_side(capsys):

@@ -1,9 +1,9 @@
 """Import discipline, checked statically with ``ast``.
 
-Only scratchformer/backend.py may import numpy, cupy or cupyx (in any form: ``import
+Only scratchformer/engine/backend.py may import numpy, cupy or cupyx (in any form: ``import
 numpy as np``, ``from numpy import x``, ``import cupyx.scipy``, inside a function too),
 so that switching the array backend really switches everything; besides it, only the
-CuPy files (``device/cupy_*.py``) import cupy or
+CuPy files (``engine/device/cupy_*.py``) import cupy or
 cupyx, and nothing else. No module may import an
 autodiff framework: every backward pass is written by hand. (Imports built from strings
 via importlib are out of scope.)
@@ -19,7 +19,7 @@ import scratchformer
 PACKAGE = Path(scratchformer.__file__).resolve().parent
 ARRAY_MODULES = {"numpy", "cupy", "cupyx"}
 FORBIDDEN = {"torch", "jax", "jaxlib", "autograd", "tensorflow"}
-BACKEND = PACKAGE / "backend.py"
+BACKEND = PACKAGE / "engine" / "backend.py"
 
 
 def imported_roots(path: Path):
@@ -39,7 +39,8 @@ SOURCES = sorted(PACKAGE.rglob("*.py"))
 def test_the_walk_finds_the_package():
     """Sanity: the package's ops, modules and backend are all parsed."""
     names = {p.relative_to(PACKAGE).as_posix() for p in SOURCES}
-    assert {"backend.py", "gradcheck.py", "ops/attention.py", "nn/layers.py"} <= names
+    assert {"engine/backend.py", "engine/gradcheck.py", "engine/ops/attention.py",
+            "engine/nn/layers.py"} <= names
     assert "numpy" in {root for root, _ in imported_roots(BACKEND)}
 
 
@@ -64,14 +65,14 @@ def test_the_checker_recognises_every_import_form(tmp_path):
 
 
 def is_cupy_side(path: Path) -> bool:
-    """A file of the CuPy side: ``device/cupy_*.py``."""
+    """A file of the CuPy side: ``engine/device/cupy_*.py``."""
     rel = path.relative_to(PACKAGE)
-    return rel.parts[0] == "device" and rel.name.startswith("cupy_")
+    return rel.parts[:2] == ("engine", "device") and rel.name.startswith("cupy_")
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_only_backend_imports_array_modules(path):
-    """Every array operation goes through scratchformer.backend (xp, np, asarray ...);
+    """Every array operation goes through scratchformer.engine.backend (xp, np, asarray ...);
     the seam's CuPy files may import cupy and cupyx (never numpy)."""
     if path == BACKEND:
         return
@@ -81,14 +82,15 @@ def test_only_backend_imports_array_modules(path):
         for name, line in imported_roots(path)
         if name in ARRAY_MODULES - allowed
     ]
-    assert not found, f"{path.relative_to(PACKAGE)} imports {found}: use scratchformer.backend"
+    where = path.relative_to(PACKAGE)
+    assert not found, f"{where} imports {found}: use scratchformer.engine.backend"
 
 
 def test_the_cupy_side_is_where_the_seam_says():
     """Sanity: the device primitives' CuPy file counts as the CuPy side, ops do not."""
-    assert is_cupy_side(PACKAGE / "device" / "cupy_device.py")
-    assert not is_cupy_side(PACKAGE / "ops" / "attention.py")
-    assert not is_cupy_side(PACKAGE / "device" / "numpy_device.py")
+    assert is_cupy_side(PACKAGE / "engine" / "device" / "cupy_device.py")
+    assert not is_cupy_side(PACKAGE / "engine" / "ops" / "attention.py")
+    assert not is_cupy_side(PACKAGE / "engine" / "device" / "numpy_device.py")
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.relative_to(PACKAGE).as_posix())

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from task_data import write_monolingual
 
-from scratchformer import backend as B
-from scratchformer.checkpoint import load_with_tokenizer
-from scratchformer.cli import main
-from scratchformer.decode import beam_search, greedy_decode
-from scratchformer.decode.sample import generate
-from scratchformer.models import EncoderClassifier, LanguageModel, Transformer
+from scratchformer.app.checkpoint import load_with_tokenizer
+from scratchformer.app.cli import main
+from scratchformer.engine import backend as B
+from scratchformer.engine.decode import beam_search, greedy_decode
+from scratchformer.engine.decode.sample import generate
+from scratchformer.engine.models import EncoderClassifier, LanguageModel, Transformer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints_7ad2f11"
 

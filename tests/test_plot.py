@@ -1,4 +1,4 @@
-"""``scratchformer plot`` and scratchformer.viz: PNGs written without a display, of the
+"""``scratchformer plot`` and scratchformer.app.viz: PNGs written without a display, of the
 expected size, and clear errors for bad arguments."""
 
 import json
@@ -7,10 +7,11 @@ import sys
 import numpy as np
 import pytest
 
-from scratchformer import Transformer, TransformerConfig, viz
-from scratchformer.checkpoint import save_checkpoint
-from scratchformer.cli import main
-from scratchformer.data import CharTokenizer, Vocab
+from scratchformer import Transformer, TransformerConfig
+from scratchformer.app import viz
+from scratchformer.app.checkpoint import save_checkpoint
+from scratchformer.app.cli import main
+from scratchformer.app.data import CharTokenizer, Vocab
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -131,7 +132,7 @@ def test_a_run_directory_means_its_final_model_as_for_every_command(
 ):
     """A finished run's directory names its final.npz (as translate, evaluate and export
     take it), not its newest checkpoint; a run with no final model yet, its newest."""
-    from scratchformer.checkpoint import load_checkpoint
+    from scratchformer.app.checkpoint import load_checkpoint
 
     final = checkpoint.parent / "final.npz"
     save_checkpoint(
@@ -152,13 +153,13 @@ def test_a_run_directory_means_its_final_model_as_for_every_command(
 
 
 def checkpoint_meta(path):
-    from scratchformer.checkpoint import load_checkpoint
+    from scratchformer.app.checkpoint import load_checkpoint
 
     return {"tokenizer": load_checkpoint(path).meta["tokenizer"]}
 
 
 def test_attention_decodes_when_no_target_is_given(mpl, tmp_path, checkpoint, capsys):
-    pytest.importorskip("scratchformer.decode")
+    pytest.importorskip("scratchformer.engine.decode")
     out = tmp_path / "greedy"
     assert main(["plot", "attention", str(checkpoint), "abc", "-o", str(out)]) == 0
     assert "greedy output" in capsys.readouterr().out
@@ -166,7 +167,7 @@ def test_attention_decodes_when_no_target_is_given(mpl, tmp_path, checkpoint, ca
 
 
 def test_attention_maps_are_the_softmax_weights(checkpoint):
-    from scratchformer.checkpoint import load_checkpoint
+    from scratchformer.app.checkpoint import load_checkpoint
 
     model = load_checkpoint(checkpoint).model
     maps = viz.attention_maps(model, [4, 5, 6, 7, 8], [1, 9, 4])
@@ -202,7 +203,7 @@ def test_unknown_head_and_layer_are_clear_errors(mpl, tmp_path, checkpoint, caps
 
 
 def test_a_huge_attention_figure_is_refused(checkpoint):
-    from scratchformer.checkpoint import load_checkpoint
+    from scratchformer.app.checkpoint import load_checkpoint
 
     model = load_checkpoint(checkpoint).model
     ids = [4] * 60

@@ -14,7 +14,7 @@ import pytest
 from task_data import TINY_RUN
 from timing import untimed
 
-from scratchformer.progress import Ticker, clock, progress_bar
+from scratchformer.app.progress import Ticker, clock, progress_bar
 
 
 def test_the_ticker_prints_while_a_slow_piece_runs(monkeypatch):
@@ -64,7 +64,7 @@ def test_the_bar_redraws_while_nothing_finishes():
     out = io.StringIO()
     bar = progress_bar(3, "decoding", "sentence", file=out)
     bar._repeat.stop()  # restart its redraw faster, for the test
-    from scratchformer.progress import _Repeater  # noqa: PLC0415
+    from scratchformer.app.progress import _Repeater  # noqa: PLC0415
 
     bar._repeat = _Repeater(bar.refresh, 0.05)
     time.sleep(0.3)
@@ -79,7 +79,7 @@ def test_clock():
 
 # -- where progress goes: a terminal gets a bar, a log gets lines, results their own lines --
 def test_every_command_takes_no_progress():
-    from scratchformer.cli import _leaves, build_parser
+    from scratchformer.app.cli import _leaves, build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     leaves = _leaves(sub)
@@ -95,7 +95,7 @@ def test_every_command_takes_no_progress():
 
 
 def test_a_stage_draws_a_bar_only_on_a_terminal(monkeypatch):
-    from scratchformer import progress
+    from scratchformer.app import progress
 
     shown = []
     for on_terminal, bar in ((False, True), (True, False), (True, True)):
@@ -125,7 +125,7 @@ def test_a_log_file_gets_lines_and_no_bar(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
     """A two-step reverse run's checkpoint."""
-    from scratchformer.cli import main
+    from scratchformer.app.cli import main
 
     run = tmp_path_factory.mktemp("tiny") / "run"
     assert main(["train", *TINY_RUN, "--run-dir", str(run), "--steps", "2", "--no-test"]) == 0

@@ -1,4 +1,4 @@
-"""The one writer (scratchformer/writer/): no other module of the package writes a file,
+"""The one writer (scratchformer/app/writer/): no other module of the package writes a file,
 and what it writes never destroys another.
 
 Statically: no module outside writer/ opens a file for writing, writes a path
@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 import scratchformer
-from scratchformer import writer
+from scratchformer.app import writer
 
 PACKAGE = Path(scratchformer.__file__).resolve().parent
-WRITER = PACKAGE / "writer"  # the writer package: its writing, ledger and plan
+WRITER = PACKAGE / "app" / "writer"  # the writer package: its writing, ledger and plan
 #: calls that write, whatever their arguments
 ALWAYS = {"write_text", "write_bytes", "savez", "savez_compressed", "save", "savetxt",
           "savefig", "copy", "copy2", "copyfile", "copyfileobj", "copytree", "replace",
-          "rename", "move", "link", "symlink", "truncate"}  # fmt: skip
+          "rename", "move", "link", "symlink", "truncate"}
 #: modules whose ``replace``/``copy``... mean a file (``str.replace`` does not)
 FILE_MODULES = {"os", "shutil", "np", "numpy", "Path"}
 WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
@@ -69,7 +69,7 @@ def test_no_module_but_the_writer_writes_a_file():
         for p in sorted(PACKAGE.rglob("*.py"))
         if WRITER not in p.parents and (w := writes(p))
     }
-    assert not found, f"write through scratchformer/writer, not directly: {found}"
+    assert not found, f"write through scratchformer/app/writer, not directly: {found}"
     assert writes(WRITER / "__init__.py")  # the check sees the writer's own writes
 
 
@@ -352,7 +352,7 @@ def test_a_data_set_without_a_manifest_is_read_unless_an_interrupted_write_is_be
 def test_a_ctrl_c_while_the_files_are_renamed_waits_until_all_are(tmp_path, monkeypatch):
     import signal
 
-    from scratchformer.writer import atomic, fileset
+    from scratchformer.app.writer import atomic, fileset
 
     d = tmp_path / "d"
     data_set(d)

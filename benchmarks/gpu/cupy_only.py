@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 def pytest_collection_modifyitems(config, items):
-    from scratchformer import backend
+    from scratchformer.engine import backend
 
     if not backend.cupy_available():
         return

@@ -98,10 +98,10 @@ def _python(code: str) -> list[str]:
 SMOKE = r"""
 import json, os, time
 import numpy as np
-from scratchformer import backend, device
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.optim import Adam
-from scratchformer.decode import greedy_decode
+from scratchformer.engine import backend, device
+from scratchformer.engine.models import Transformer, TransformerConfig
+from scratchformer.engine.optim import Adam
+from scratchformer.engine.decode import greedy_decode
 info = {"backend": backend.backend_name(), "numpy": np.__version__}
 on_gpu = backend.backend_name() == "cupy"
 compile_ = {}
@@ -135,7 +135,7 @@ if on_gpu:  # the cache was empty: the first step compiled every kernel it launc
     compile_.update(first_step_s=round(seconds[0], 3), second_step_s=round(seconds[1], 3),
                     median_step_s=round(float(np.median(seconds[2:])), 4),
                     first_decode_s=round(decode_s, 3))
-    from scratchformer.device import cupy_kernels
+    from scratchformer.engine.device import cupy_kernels
     raw = {}
     for name in cupy_kernels.sources():
         t = time.perf_counter()
@@ -155,9 +155,9 @@ print(json.dumps(info))
 PARITY = r"""
 import json, sys
 import numpy as np
-from scratchformer import backend, device
-from scratchformer.parity import relative_error
-from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.engine import backend, device
+from scratchformer.engine.parity import relative_error
+from scratchformer.engine.models import Transformer, TransformerConfig
 other = sys.argv[1]                 # the backend compared with NumPy
 r = np.random.default_rng(0)
 src = r.integers(3, 50, (6, 13)); src[2, 9:] = 0
@@ -193,10 +193,10 @@ sys.exit(0 if ok else 1)
 HOST_READS = r"""
 import json, sys
 import numpy as np
-from scratchformer import backend
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.optim import Adam
-from scratchformer import device
+from scratchformer.engine import backend
+from scratchformer.engine.models import Transformer, TransformerConfig
+from scratchformer.engine.optim import Adam
+from scratchformer.engine import device
 if backend.backend_name() != "cupy":
     print(json.dumps({"skipped": "not on CuPy: the stand-in device counts them (tests/perf)"}))
     sys.exit(0)
@@ -205,7 +205,7 @@ m = Transformer(TransformerConfig.preset("small", vocab_size=8000))
 opt = Adam(m.flatten())
 r = np.random.default_rng(0)
 src, tgt_in, tgt_out = (r.integers(4, 8000, (32, 30)) for _ in range(3))
-from scratchformer.optim import clip_grad_norm
+from scratchformer.engine.optim import clip_grad_norm
 def step(s):
     m.zero_grad()
     loss, c = m.loss_forward(src, tgt_in, tgt_out, rng=device.generator(s))
@@ -681,7 +681,7 @@ def _nvidia_smi() -> str | None:
         p = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=20,
-        )  # fmt: skip
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return p.stdout.strip() or p.stderr.strip()[-200:] or None

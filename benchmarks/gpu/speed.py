@@ -60,8 +60,8 @@ def run_row(args, preset: str, tokens: int, framework: str, tf32: bool) -> dict:
     import numpy as np
     from timing import Timer
 
-    from scratchformer import backend, device
-    from scratchformer.models import TransformerConfig
+    from scratchformer.engine import backend, device
+    from scratchformer.engine.models import TransformerConfig
 
     on_gpu = backend.backend_name() == "cupy"
     batch = max(1, tokens // args.length)
@@ -70,8 +70,8 @@ def run_row(args, preset: str, tokens: int, framework: str, tf32: bool) -> dict:
     src, tgt_in, tgt_out = (data.integers(4, args.vocab, (batch, args.length)) for _ in "abc")
     peak = {"bytes": 0}
     if framework == "ours":
-        from scratchformer.models import Transformer
-        from scratchformer.optim import Adam
+        from scratchformer.engine.models import Transformer
+        from scratchformer.engine.optim import Adam
 
         model = Transformer(cfg)
         opt = Adam(model.flatten(), 0.9, 0.98, 1e-9)
@@ -142,11 +142,11 @@ def run_row(args, preset: str, tokens: int, framework: str, tf32: bool) -> dict:
         "tokens_per_s": batch * args.length / (ms / 1e3), "peak_bytes": peak["bytes"],
         "tflops": flops / (ms / 1e3) / 1e12, "mfu": flops / (ms / 1e3) / top if top else None,
         "device": name,
-    }  # fmt: skip
+    }
 
 
 def device_name() -> str:
-    from scratchformer import backend
+    from scratchformer.engine import backend
 
     if backend.backend_name() != "cupy":
         return "CPU (NumPy)"
@@ -174,7 +174,7 @@ def _ratios(rows: list[dict]) -> None:
     for r in rows:
         key = (r["preset"], r["tokens"], r["tf32"])
         theirs = [o for o in rows if o["framework"] == "torch"
-                  and (o["preset"], o["tokens"], o["tf32"]) == key]  # fmt: skip
+                  and (o["preset"], o["tokens"], o["tf32"]) == key]
         if r["framework"] == "ours" and theirs:
             r["ratio_to_torch"] = r["tokens_per_s"] / theirs[0]["tokens_per_s"]
 
@@ -213,7 +213,7 @@ def main(argv=None) -> int:
                     cmd = [sys.executable, __file__, "--row", preset, str(tokens), fw,
                            "tf32" if tf32 else "fp32", "--length", str(args.length),
                            "--vocab", str(args.vocab), "--warmup", str(args.warmup),
-                           "--repeats", str(args.repeats)]  # fmt: skip
+                           "--repeats", str(args.repeats)]
                     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
                     if out.returncode:
                         print(f"{preset} {tokens} {fw}: failed: {out.stderr.strip()[-400:]}")
@@ -227,11 +227,11 @@ def main(argv=None) -> int:
                     print(f"{r['device'][:24]:24} {'tf32' if tf32 else 'fp32'} {preset:6} "
                           f"{r['tokens']:6} {fw:6} {r['ms']:9.2f} ms  cpu {r['cpu_ms']:8.2f} ms  "
                           f"{r['tokens_per_s']:10,.0f} tok/s  {r['peak_bytes'] / 2**20:8.0f} MiB  "
-                          f"MFU {mfu}", flush=True)  # fmt: skip
+                          f"MFU {mfu}", flush=True)
     for r in rows:
         if "ratio_to_torch" in r:
             print(f"ours/PyTorch {r['preset']} {r['tokens']} "
-                  f"{'tf32' if r['tf32'] else 'fp32'}: {r['ratio_to_torch']:.2f}x")  # fmt: skip
+                  f"{'tf32' if r['tf32'] else 'fp32'}: {r['ratio_to_torch']:.2f}x")
     return 0
 
 

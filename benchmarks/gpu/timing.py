@@ -14,7 +14,7 @@ import time
 
 def synchronize() -> None:
     """Wait for every queued kernel of the active backend (a no-op on NumPy)."""
-    from scratchformer import backend
+    from scratchformer.engine import backend
 
     if backend.backend_name() == "cupy":
         backend.xp.cuda.Device().synchronize()
@@ -25,7 +25,7 @@ class Timer:
     time it took (how long Python spent queueing the work)."""
 
     def __init__(self, torch_cuda: bool = False):
-        from scratchformer import backend
+        from scratchformer.engine import backend
 
         self.torch = torch_cuda
         self.cuda = torch_cuda or backend.backend_name() == "cupy"
@@ -36,7 +36,7 @@ class Timer:
             import torch
 
             return torch.cuda.Event(enable_timing=True)
-        from scratchformer import backend
+        from scratchformer.engine import backend
 
         return backend.xp.cuda.Event()
 
@@ -56,7 +56,7 @@ class Timer:
             if self.torch:
                 self.ms = self.start.elapsed_time(self.end)
             else:
-                from scratchformer import backend
+                from scratchformer.engine import backend
 
                 self.ms = backend.xp.cuda.get_elapsed_time(self.start, self.end)
         else:

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from scratchformer.data.bible_pairs import read_pairs
+from scratchformer.app.data.bible_pairs import read_pairs
 
 RESAMPLES = 1000
 

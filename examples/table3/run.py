@@ -35,7 +35,7 @@ BASE = [  # every row: the same steps, schedule and batches; the paper's schedul
     "--checkpoint-every", str(STEPS), "--eval-every", "0", "--log-every", "50",
     "--threads", "1", "--no-test", "--no-progress", "--overwrite",
     "--set", "train.average_last=0",
-]  # fmt: skip
+]
 
 #: (run, Table 3 row, what changes, seed, --set overrides); longest runs first, so the
 #: two queues end together.

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import difflib
 
-from scratchformer.errors import ScratchformerError
+from scratchformer.engine.errors import ScratchformerError
 from scratchformer.exercises.adam import ADAM
 from scratchformer.exercises.encoder_decoder import DECODER_LAYER, ENCODER_LAYER
 from scratchformer.exercises.layers import ADD_NORM, FFN, MULTI_HEAD_ATTENTION

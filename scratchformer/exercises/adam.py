@@ -15,8 +15,11 @@ import inspect
 import textwrap
 from dataclasses import dataclass
 
-from scratchformer import backend
-from scratchformer.backend import xp
+from scratchformer.engine import backend
+from scratchformer.engine.backend import xp
+from scratchformer.engine.gradcheck import GradCheckRow, GradReport, rel_error
+from scratchformer.engine.nn.flat import FlatParameters
+from scratchformer.engine.optim.adam import Adam, adam_update, use_update
 from scratchformer.exercises.guard import guarded
 from scratchformer.exercises.spec import (
     DRAWN,
@@ -30,15 +33,12 @@ from scratchformer.exercises.spec import (
     source,
     stub,
 )
-from scratchformer.gradcheck import GradCheckRow, GradReport, rel_error
-from scratchformer.nn.flat import FlatParameters
-from scratchformer.optim.adam import Adam, adam_update, use_update
 
 _IMPORTS = """\
 import math
 
-from scratchformer import backend
-from scratchformer.backend import xp"""
+from scratchformer.engine import backend
+from scratchformer.engine.backend import xp"""
 
 
 def _learner_update(update):
@@ -69,7 +69,7 @@ RUNS = (
     _Run("6 steps, betas 0.9 / 0.98, eps 1e-4", 40, (0.01, 0.02, 0.03, 0.02, 0.01, 0.005),
          0.9, 0.98, 1e-4, 0),
     _Run("4 steps, betas 0.8 / 0.95, eps 1e-6", 24, (0.05, 0.04, 0.03, 0.02), 0.8, 0.95, 1e-6, 1),
-)  # fmt: skip
+)
 
 
 def _runs() -> tuple:
@@ -138,7 +138,7 @@ class AdamExercise(Exercise):
             "    scratchformer exercise check adam      grade it\n"
             "    scratchformer exercise hint adam       the next hint\n"
             "    scratchformer exercise solution adam   the engine's code\n\n"
-            f"The engine's code: scratchformer/optim/adam.py ({self.link()}).\n"
+            f"The engine's code: scratchformer/engine/optim/adam.py ({self.link()}).\n"
             "What you write becomes the update of Adam.step while a model trains with it.\n"
             "The checker runs it step after step from zero moments and compares theta, m\n"
             f"and v after every step with the engine's Adam:{labels}\n"
@@ -150,7 +150,7 @@ class AdamExercise(Exercise):
     def _given(self) -> str:
         text = textwrap.dedent(inspect.getsource(Adam.step))
         title = "given: how Adam.step calls the update, yours in training (for reading)"
-        return f"{rule(title)}\n# scratchformer/optim/adam.py, class Adam:\n{text.rstrip()}"
+        return f"{rule(title)}\n# scratchformer/engine/optim/adam.py, class Adam:\n{text.rstrip()}"
 
     def file_text(self) -> str:
         body = stub(
@@ -191,7 +191,7 @@ update; write into the arrays: ``m *= ...``, ``m += ...``, or ``m[...] = ...``).
                 def make(g=g, t=t, lr=lr, run=run, state=(theta, m, v)):
                     g = g.copy()  # theta, m and v are the update's to write; g only to read
                     return {"g": g}, lambda: fn(*state[:1], g, *state[1:], t, lr, run.beta1,
-                                                run.beta2, run.eps)  # fmt: skip
+                                                run.beta2, run.eps)
 
                 with drawn_case(run.label):
                     guarded(make, path, "adam_update")
@@ -236,7 +236,7 @@ update; write into the arrays: ``m *= ...``, ``m += ...``, or ``m[...] = ...``).
                         indices=list(range(a.size)),
                         numeric=n,
                         analytic=a,
-                    )  # fmt: skip
+                    )
                 )
             found.append((run.label, report))
         return found
@@ -248,7 +248,7 @@ update; write into the arrays: ``m *= ...``, ``m += ...``, or ``m[...] = ...``).
 
 
 def _adam(theta, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9, *, step=0, correct=True,
-          eps_inside=False, in_place=True):  # fmt: skip
+          eps_inside=False, in_place=True):
     """The textbook update with one thing wrong (the mistakes)."""
     if in_place:
         m *= beta1

@@ -8,9 +8,9 @@ wrote a size of the designed inputs into its code (``reshape(6, 4)``) fails here
 
 from __future__ import annotations
 
-from scratchformer import backend
+from scratchformer.engine import backend
+from scratchformer.engine.ops.cases import Case, Seed, randn
 from scratchformer.exercises.spec import DRAWN
-from scratchformer.ops.cases import Case, Seed, randn
 
 
 def leads(r) -> list[tuple]:

@@ -6,14 +6,14 @@ written into a learner's backward. Kept small: the finite differences cover ever
 
 from __future__ import annotations
 
-from scratchformer import backend
+from scratchformer.engine import backend
+from scratchformer.engine.models.config import TransformerConfig
+from scratchformer.engine.nn.attention import MultiHeadAttention
+from scratchformer.engine.nn.layers import PositionwiseFeedForward
+from scratchformer.engine.nn.transformer import DecoderLayer, EncoderLayer
 from scratchformer.exercises.draw import padding_mask, size
 from scratchformer.exercises.layer import AddNormBlock, LayerCase
 from scratchformer.exercises.spec import DRAWN
-from scratchformer.models.config import TransformerConfig
-from scratchformer.nn.attention import MultiHeadAttention
-from scratchformer.nn.layers import PositionwiseFeedForward
-from scratchformer.nn.transformer import DecoderLayer, EncoderLayer
 
 
 def _randn(r, shape):
@@ -41,14 +41,14 @@ def multi_head_attention(r) -> list[LayerCase]:
 
         def module(D=D, H=H, d_k=d_k, d_v=d_v, seed=seed, causal=n == 0):
             return MultiHeadAttention(D, H, d_k=d_k, d_v=d_v, P_drop_attn=0.2,
-                                      rng=backend.host_rng(seed), causal=causal)  # fmt: skip
+                                      rng=backend.host_rng(seed), causal=causal)
 
         text = f"{DRAWN}: B {B}, D {D}, H {H}, d_k {d_k}, d_v {d_v}"
         if n == 0:
             x = _randn(r, (B, T, D))
             found.append(LayerCase(f"{text}, causal self-attention T {T}", module,
                                    lambda dt, x=x: (x(dt), x(dt), None),
-                                   dropout_seed=31))  # fmt: skip
+                                   dropout_seed=31))
         else:
             S = size(r, 2, 7)
             xq, xkv, m = _randn(r, (B, T, D)), _randn(r, (B, S, D)), _lengths(r, B, S)
@@ -57,7 +57,7 @@ def multi_head_attention(r) -> list[LayerCase]:
                 return xq(dt), xkv(dt), padding_mask(m, S)
 
             found.append(LayerCase(f"{text}, cross-attention T {T}, S {S}, padding", module,
-                                   args))  # fmt: skip
+                                   args))
     return found
 
 
@@ -71,7 +71,7 @@ def ffn(r) -> list[LayerCase]:
             f"{DRAWN}: x ({B}, {T}, {D}), F {F}, {act}, dropout {p}",
             lambda D=D, F=F, act=act, p=p, seed=seed: PositionwiseFeedForward(
                 D, F, act, p, backend.host_rng(seed)),
-            lambda dt, x=x: (x(dt),), dropout_seed=32 if p else None))  # fmt: skip
+            lambda dt, x=x: (x(dt),), dropout_seed=32 if p else None))
     return found
 
 
@@ -84,7 +84,7 @@ def add_norm(r) -> list[LayerCase]:
         found.append(LayerCase(
             f"{DRAWN}: x ({B}, {T}, {D}), {'pre' if first else 'post'}-LN",
             lambda D=D, first=first, seed=seed: AddNormBlock(D, 0.2, first, backend.host_rng(seed)),
-            lambda dt, x=x: (x(dt),), dropout_seed=33))  # fmt: skip
+            lambda dt, x=x: (x(dt),), dropout_seed=33))
     return found
 
 
@@ -94,7 +94,7 @@ def _config(r, norm: str) -> TransformerConfig:
         vocab_size=10, N=1, d_model=size(r, 4, 6), d_ff=size(r, 2, 6), h=h,
         d_k=size(r, 1, 4), d_v=size(r, 1, 4), P_drop=0.2, P_drop_attn=0.1, norm=norm,
         max_len=16,
-    )  # fmt: skip
+    )
 
 
 def encoder_layer(r) -> list[LayerCase]:
@@ -105,7 +105,7 @@ def encoder_layer(r) -> list[LayerCase]:
         found.append(LayerCase(
             f"{DRAWN}: x ({B}, {S}, {c.d_model}), {norm}-LN, h {c.h}, d_k {c.d_k}, d_v {c.d_v}",
             lambda c=c, seed=seed: EncoderLayer(c, backend.host_rng(seed)),
-            lambda dt, x=x, m=m, S=S: (x(dt), padding_mask(m, S)), dropout_seed=34))  # fmt: skip
+            lambda dt, x=x, m=m, S=S: (x(dt), padding_mask(m, S)), dropout_seed=34))
     return found
 
 
@@ -121,7 +121,7 @@ def decoder_layer(r) -> list[LayerCase]:
             lambda c=c, seed=seed: DecoderLayer(c, backend.host_rng(seed)),
             lambda dt, y=y, mem=mem, mt=mt, ms=ms, T=T, S=S: (
                 y(dt), mem(dt), padding_mask(mt, T), padding_mask(ms, S)),
-            dropout_seed=35))  # fmt: skip
+            dropout_seed=35))
     return found
 
 

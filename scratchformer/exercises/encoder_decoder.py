@@ -7,14 +7,14 @@ Dimension key: ``B`` batch, ``T`` queries (target), ``S`` keys (source), ``D`` d
 
 from __future__ import annotations
 
-from scratchformer import backend
-from scratchformer.backend import xp
+from scratchformer.engine import backend
+from scratchformer.engine.backend import xp
+from scratchformer.engine.models.config import TransformerConfig
+from scratchformer.engine.nn.transformer import DecoderLayer, EncoderLayer, SelfAttentionLayer
 from scratchformer.exercises import draw_layers
 from scratchformer.exercises.layer import LayerCase, LayerExercise, Method, method_mistake
 from scratchformer.exercises.layers import padding_mask, seeded_randn
 from scratchformer.exercises.spec import always
-from scratchformer.models.config import TransformerConfig
-from scratchformer.nn.transformer import DecoderLayer, EncoderLayer, SelfAttentionLayer
 
 
 # -- the encoder layer -------------------------------------------------------------------
@@ -33,7 +33,7 @@ def _config(norm: str) -> TransformerConfig:
     return TransformerConfig(
         vocab_size=10, N=1, d_model=8, d_ff=12, h=2, d_k=3, d_v=5, P_drop=0.2,
         P_drop_attn=0.1, norm=norm, max_len=16,
-    )  # fmt: skip
+    )
 
 
 def _layer_cases(cls, args, seed: int):
@@ -42,7 +42,7 @@ def _layer_cases(cls, args, seed: int):
                   lambda norm=norm: cls(_config(norm), backend.host_rng(seed)), args,
                   dropout_seed=seed)
         for norm in ("post", "pre")
-    ]  # fmt: skip
+    ]
 
 
 def _encoder_cases():
@@ -90,7 +90,8 @@ feed-forward network, each inside its Add & Norm (post-LN or pre-LN):
 
     a_in = enter(x);  a = SelfAttention(a_in, a_in);  x = exit(x, a)
     f_in = enter(x);  f = FFN(f_in);                   x = exit(x, f)""",
-    imports="from scratchformer.nn.transformer import SelfAttentionLayerCache, SublayerCache",
+    imports=("from scratchformer.engine.nn.transformer import SelfAttentionLayerCache, "
+             "SublayerCache"),
     cases=_encoder_cases,
     drawn=draw_layers.encoder_layer,
     inputs=("dx",),
@@ -179,7 +180,7 @@ attention to the encoder's output (cross-attention), then the feed-forward netwo
 each inside its Add & Norm:
 
     a = SelfAttention(a_in, a_in)      x = CrossAttention(x_in, memory)      f = FFN(f_in)""",
-    imports="from scratchformer.nn.transformer import DecoderLayerCache, SublayerCache",
+    imports="from scratchformer.engine.nn.transformer import DecoderLayerCache, SublayerCache",
     cases=_decoder_cases,
     drawn=draw_layers.decoder_layer,
     inputs=("dy", "dmemory"),

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scratchformer import writer
-from scratchformer.errors import ScratchformerError
+from scratchformer.app import writer
+from scratchformer.engine.errors import ScratchformerError
 from scratchformer.exercises import EXERCISES, Exercise, exercise
 from scratchformer.exercises.spec import LearnerError, learner_code
 
@@ -54,7 +54,7 @@ def start(where: Path, ex: Exercise) -> Path:
 def started(where: Path) -> list[tuple[Exercise, Path]]:
     """The exercises whose file is in ``where``, in teaching order."""
     return [(ex, exercise_file(where, ex)) for ex in EXERCISES.values()
-            if exercise_file(where, ex).is_file()]  # fmt: skip
+            if exercise_file(where, ex).is_file()]
 
 
 def resolve(where: Path, target: str) -> tuple[Exercise, Path]:

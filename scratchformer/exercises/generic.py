@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from scratchformer import backend
+from scratchformer.engine import backend
 from scratchformer.exercises.spec import MATCH_TOL, Mistake
 
 #: how close a factor must be to a known scale to be named after it
@@ -141,7 +141,7 @@ def _one(t: str, pairs: list, facts: list, link: str) -> Mistake | None:
         return _generic("row-factor", f"{t} = the right {t} times a factor that is constant "
                         "along each row (the last axis) and differs between rows",
                         "a per-row quantity (1/std, a row sum, a normaliser) used once too "
-                        f"often or missing ({link})")  # fmt: skip
+                        f"often or missing ({link})")
     return _only_where(pairs, facts, t)
 
 
@@ -174,7 +174,7 @@ def _some_inputs(t: str, pairs: list, labels: list) -> Mistake | None:
     right = [label for label, good in zip(labels, ok) if good]
     return _generic("some-inputs", f"{t} is right on {len(right)} of {len(labels)} inputs and "
                     f"wrong on: {'; '.join(bad[:3])}", "what those inputs have that the others "
-                    f"do not (right on: {'; '.join(right[:3])})")  # fmt: skip
+                    f"do not (right on: {'; '.join(right[:3])})")
 
 
 def _factor_mistake(t: str, cs: list, facts: list, link: str) -> Mistake:
@@ -209,13 +209,13 @@ def _only_where(pairs: list, facts: list, t: str) -> Mistake | None:
     """Wrong only at entries whose right gradient is zero, or only on repeated ids' rows."""
     np = backend.np
     off = [(np.abs(a - b) > MATCH_TOL * max(float(np.abs(b).max(initial=0.0)), 1e-12), b)
-           for a, b in pairs]  # fmt: skip
+           for a, b in pairs]
     if not any(bad.any() for bad, _ in off):
         return None
     if all((b[bad] == 0.0).all() for bad, b in off):
         return _generic("masked", f"{t} is wrong only at entries where the right {t} is zero: "
                         "masked or padded positions", "what is masked or padding in the "
-                        "forward gets no gradient at all")  # fmt: skip
+                        "forward gets no gradient at all")
     repeated = []
     for (bad, _), fact in zip(off, facts):
         ids = fact.get("ids")
@@ -227,7 +227,7 @@ def _only_where(pairs: list, facts: list, t: str) -> Mistake | None:
     if repeated and all(repeated):
         return _generic("repeated", f"{t} is wrong only on the rows of ids used more than "
                         "once", "an id at several positions gets the sum of their gradients: "
-                        "a fancy-indexed += keeps one of them")  # fmt: skip
+                        "a fancy-indexed += keeps one of them")
     return None
 
 
@@ -243,7 +243,7 @@ def _swapped(mine: list, ref: list, wrong: list, link: str) -> list:
             if ok:
                 found.append(([a, b], _generic("swapped", f"{a} and {b} are swapped: each is "
                                                "the other's right value", "return them in the "
-                                               f"order the docstring gives ({link})")))  # fmt: skip
+                                               f"order the docstring gives ({link})")))
     return found
 
 

@@ -31,7 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scratchformer import backend
+from scratchformer.engine import backend
+from scratchformer.engine.parity import relative_error
 from scratchformer.exercises import generic, shortcuts
 from scratchformer.exercises.guard import ChangedInput
 from scratchformer.exercises.spec import (
@@ -44,7 +45,6 @@ from scratchformer.exercises.spec import (
     NotWritten,
     drawing,
 )
-from scratchformer.parity import relative_error
 
 PASSING, FAILING, NOT_WRITTEN, BROKEN = "passing", "failing", "not written", "broken"
 #: the worst entries shown of a wrong gradient

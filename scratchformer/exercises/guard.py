@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-from scratchformer import backend
+from scratchformer.engine import backend
 from scratchformer.exercises.spec import LearnerError, learner_code, shown, where_in
 
 

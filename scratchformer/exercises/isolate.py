@@ -18,7 +18,7 @@ import signal
 import sys
 import traceback
 
-from scratchformer import backend
+from scratchformer.engine import backend
 from scratchformer.exercises import files
 from scratchformer.exercises import grade as grading
 from scratchformer.exercises.spec import LearnerError, Mistake, shown

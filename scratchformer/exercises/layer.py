@@ -20,8 +20,11 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from scratchformer import backend, device
-from scratchformer.backend import xp
+from scratchformer.engine import backend, device
+from scratchformer.engine.backend import xp
+from scratchformer.engine.gradcheck import check_module
+from scratchformer.engine.nn.layers import AddNorm, Linear
+from scratchformer.engine.nn.module import Module
 from scratchformer.exercises import generic
 from scratchformer.exercises.guard import guarded
 from scratchformer.exercises.spec import (
@@ -38,9 +41,6 @@ from scratchformer.exercises.spec import (
     source,
     stub,
 )
-from scratchformer.gradcheck import check_module
-from scratchformer.nn.layers import AddNorm, Linear
-from scratchformer.nn.module import Module
 
 _MISSING = object()
 #: the entries of each tensor checked on a drawn case

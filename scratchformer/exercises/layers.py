@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scratchformer import backend
+from scratchformer.engine import backend
+from scratchformer.engine.nn.attention import MultiHeadAttention, split_heads
+from scratchformer.engine.nn.layers import AddNorm, PositionwiseFeedForward
+from scratchformer.engine.ops.linear import linear
 from scratchformer.exercises import draw_layers
 from scratchformer.exercises.draw import padding_mask
 from scratchformer.exercises.layer import (
@@ -23,9 +26,6 @@ from scratchformer.exercises.layer import (
     method_mistake,
 )
 from scratchformer.exercises.spec import always
-from scratchformer.nn.attention import MultiHeadAttention, split_heads
-from scratchformer.nn.layers import AddNorm, PositionwiseFeedForward
-from scratchformer.ops.linear import linear
 
 
 def seeded_randn(seed: int, shape, dtype):
@@ -71,13 +71,13 @@ def _mha_cases():
     return [
         LayerCase(
             "cross-attention: T 4, S 7, H 2, d_k 3, d_v 5, source padding", module(False), cross
-        ),  # fmt: skip
+        ),
         LayerCase(
             "causal self-attention: T = S = 5, attention dropout 0.2",
             module(True),
             self_attention,
             dropout_seed=5,
-        ),  # fmt: skip
+        ),
     ]
 
 
@@ -121,8 +121,8 @@ projected by W_o:
     head_i = Attention(x_q W_q^i, x_kv W_k^i, x_kv W_v^i)
     MultiHead(x_q, x_kv) = Concat(head_1, ..., head_h) W_o""",
     imports="""\
-from scratchformer.nn.attention import MultiHeadAttentionCache, merge_heads, split_heads
-from scratchformer.ops.linear import linear""",
+from scratchformer.engine.nn.attention import MultiHeadAttentionCache, merge_heads, split_heads
+from scratchformer.engine.ops.linear import linear""",
     cases=_mha_cases,
     drawn=draw_layers.multi_head_attention,
     inputs=("dx_q", "dx_kv"),
@@ -230,8 +230,8 @@ paper's ReLU, or GELU) and, optionally, dropout on the hidden layer:
 
     u = x W_1 + b_1      a = act(u)      a' = dropout(a)      out = a' W_2 + b_2""",
     imports="""\
-from scratchformer.nn.layers import FeedForwardCache
-from scratchformer.ops.linear import linear""",
+from scratchformer.engine.nn.layers import FeedForwardCache
+from scratchformer.engine.ops.linear import linear""",
     cases=_ffn_cases,
     drawn=draw_layers.ffn,
     inputs=("dx",),
@@ -315,7 +315,7 @@ def _add_norm_cases():
                   lambda: AddNormBlock(6, 0.2, False, backend.host_rng(10)), x, dropout_seed=7),
         LayerCase("pre-LN, residual dropout 0.2",
                   lambda: AddNormBlock(6, 0.2, True, backend.host_rng(10)), x, dropout_seed=7),
-    ]  # fmt: skip
+    ]
 
 
 ADD_NORM = LayerExercise(
@@ -370,7 +370,7 @@ between them (s_in, c_in = enter(x); s = sublayer(s_in); y, c_out = exit(x, s)):
     pre-LN:               y = x + Dropout(Sublayer(LayerNorm(x)))
 
 It is checked around a linear sub-layer, y = exit(x, Linear(enter(x))), in both forms.""",
-    imports="from scratchformer.nn.layers import AddNormCache",
+    imports="from scratchformer.engine.nn.layers import AddNormCache",
     cases=_add_norm_cases,
     drawn=draw_layers.add_norm,
     inputs=("dx",),

@@ -1,4 +1,4 @@
-"""Op exercises: write the backward pass of one op of scratchformer/ops/.
+"""Op exercises: write the backward pass of one op of scratchformer/engine/ops/.
 
 The learner's file holds the op's forward as the engine has it, and the backward to
 write, with the engine's name and signature (``layernorm_backward(dout, cache)``). It is
@@ -6,7 +6,7 @@ graded by ``gradcheck.check_op`` on every input of the exercise: the engine's fo
 the learner's backward, float64 central differences of ``sum(out * dout)``.
 
 While a model trains with it (``exercise train``), the learner's backward is registered
-in the op's table (scratchformer/dispatch.py) as an implementation whose forward is the
+in the op's table (scratchformer/engine/dispatch.py) as an implementation whose forward is the
 reference's, and put in place with ``dispatch.use``: every module that calls the op runs
 the learner's backward.
 """
@@ -20,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scratchformer import backend, device, dispatch
+from scratchformer.engine import backend, device, dispatch
+from scratchformer.engine.gradcheck import check_op
+from scratchformer.engine.ops.cases import Case, Seed
 from scratchformer.exercises import generic
 from scratchformer.exercises.guard import guarded
 from scratchformer.exercises.spec import (
@@ -36,15 +38,13 @@ from scratchformer.exercises.spec import (
     source,
     stub,
 )
-from scratchformer.gradcheck import check_op
-from scratchformer.ops.cases import Case, Seed
 
 #: the name of a learner's implementation in a kernel table
 LEARNER = "learner"
 
 
 def _repo_path(fn: Callable) -> str:
-    """``scratchformer/ops/layernorm.py`` for a function of that file."""
+    """``scratchformer/engine/ops/layernorm.py`` for a function of that file."""
     path = Path(inspect.getsourcefile(fn)).resolve()
     parts = path.parts
     return "/".join(parts[len(parts) - 1 - parts[::-1].index("scratchformer") :])
@@ -274,7 +274,7 @@ def plugged(table_name: str, backward: Callable):
 
 
 #: the import line of an exercise whose code uses ``xp``
-XP_IMPORT = "from scratchformer.backend import xp"
+XP_IMPORT = "from scratchformer.engine.backend import xp"
 
 
 def with_cases(kernel_cases, *extra):

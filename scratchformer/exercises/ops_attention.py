@@ -17,8 +17,12 @@ import copy
 import inspect
 from typing import NamedTuple
 
-from scratchformer import backend, device
-from scratchformer.backend import host_rng
+from scratchformer.engine import backend, device
+from scratchformer.engine.backend import host_rng
+from scratchformer.engine.gradcheck import check_op
+from scratchformer.engine.ops import attention as att
+from scratchformer.engine.ops import dropout, softmax
+from scratchformer.engine.ops.cases import Case, Seed, mask, qkv, randn
 from scratchformer.exercises import draw, generic
 from scratchformer.exercises.guard import guarded
 from scratchformer.exercises.op import OpExercise, mistake, plugged
@@ -32,10 +36,6 @@ from scratchformer.exercises.spec import (
     source,
     stub,
 )
-from scratchformer.gradcheck import check_op
-from scratchformer.ops import attention as att
-from scratchformer.ops import dropout, softmax
-from scratchformer.ops.cases import Case, Seed, mask, qkv, randn
 
 
 # -- scaled dot-product attention --------------------------------------------------------
@@ -86,11 +86,11 @@ def _value_term_cases(r, dtype):
     return [
         Case("a value term reading A' (dA_drop), dropout 0.25",
              (Q, K, V, W, mask(r, (2, 1, 5, 7)), 0.25), {"rng": Seed(4)}),
-    ]  # fmt: skip
+    ]
 
 
 def _core(dO, cache, dA_drop=None, *, dV_before_dropout=False, dropout_backward=True,
-          row_sum=True, dV_transposed=False, value_term=True):  # fmt: skip
+          row_sum=True, dV_transposed=False, value_term=True):
     """The engine's core backward with one step changed (the mistakes)."""
     P = cache.softmax.P
     dA = dO @ cache.V.swapaxes(-1, -2)  # (B, H, T, S)
@@ -116,14 +116,14 @@ def _logits(dZ, cache, *, dK_transposed=False, scale=True):
 _ATTENTION_IMPORTS = """\
 import math
 
-from scratchformer.backend import xp
-from scratchformer.ops.attention import (
+from scratchformer.engine.backend import xp
+from scratchformer.engine.ops.attention import (
     AttentionCache,
     AttentionCoreCache,
     DotProductLogitsCache,
 )
-from scratchformer.ops.dropout import dropout
-from scratchformer.ops.softmax import softmax"""
+from scratchformer.engine.ops.dropout import dropout
+from scratchformer.engine.ops.softmax import softmax"""
 
 _CORE_DOC = """\
 The attention core's backward: ``O = A' V`` with ``A' = dropout(A)``, ``A = softmax(Z)``.
@@ -174,7 +174,7 @@ class AttentionExercise(OpExercise):
     def _parts(self) -> tuple[str, list, list]:
         given = [att.attention_forward, att.dot_product_logits_forward,
                  att.attention_core_forward, att.attention_backward,
-                 attention_with_value_term_forward]  # fmt: skip
+                 attention_with_value_term_forward]
         header = "\n".join([_ATTENTION_IMPORTS, "from typing import NamedTuple"])
         mine = [att.attention_core_backward, att.dot_product_logits_backward]
         imports, helpers = needs(header, given + mine, {"ValueTermCache", "att"})
@@ -190,9 +190,9 @@ class AttentionExercise(OpExercise):
     def file_text(self) -> str:
         imports, given, _ = self._parts()
         core = stub("attention_core_backward(dO, cache, dA_drop=None)", _CORE_DOC,
-                    "attention_core_backward")  # fmt: skip
+                    "attention_core_backward")
         logits = stub("dot_product_logits_backward(dZ, cache)", _LOGITS_DOC,
-                      "dot_product_logits_backward")  # fmt: skip
+                      "dot_product_logits_backward")
         return (
             f"{self._head(imports)}{self._given(given)}\n\n"
             f"{rule('yours: the two backward passes')}\n{core}\n\n{logits}"
@@ -224,7 +224,7 @@ class AttentionExercise(OpExercise):
         found = []
         for case, forward, _ in self._kinds("float64"):
             kwargs = {k: device.generator(v.n) if isinstance(v, Seed) else v
-                      for k, v in case.kwargs.items()}  # fmt: skip
+                      for k, v in case.kwargs.items()}
             out, cache = forward(*case.args, **kwargs)
             fact = generic.cache_facts(cache)
             fact["scales"].update(generic.shape_scales(out.shape))
@@ -241,7 +241,7 @@ class AttentionExercise(OpExercise):
             def make(case=case, forward=forward, which=which, i=i):
                 args = [copy.deepcopy(a) if backend.is_array(a) else a for a in case.args]
                 kwargs = {k: device.generator(v.n) if isinstance(v, Seed) else v
-                          for k, v in case.kwargs.items()}  # fmt: skip
+                          for k, v in case.kwargs.items()}
                 out, cache = forward(*args, **kwargs)
                 r = backend.host_rng(1000 + i)
                 dout = backend.asarray(r.standard_normal(out.shape), dtype=dtype)
@@ -270,7 +270,7 @@ class AttentionExercise(OpExercise):
             doing = "attention_core_backward / dot_product_logits_backward"
             with drawn_case(case.label), learner_code(path, doing):
                 report = check_op(forward, self._backward(code, which), *case.args,
-                                  tol=TOL, max_entries=None, **kwargs)  # fmt: skip
+                                  tol=TOL, max_entries=None, **kwargs)
             for row in report.rows:
                 row.name = "d" + row.name
             found.append((case.label, report))
@@ -287,12 +287,12 @@ class AttentionExercise(OpExercise):
 
 def _core_mistake(name, says, hint, **wrong):
     return mistake(name, says, hint, lambda dO, c, dA_drop=None: _core(dO, c, dA_drop, **wrong),
-                   att.attention_core_backward)  # fmt: skip
+                   att.attention_core_backward)
 
 
 def _logits_mistake(name, says, hint, **wrong):
     return mistake(name, says, hint, lambda dZ, c: _logits(dZ, c, **wrong),
-                   att.dot_product_logits_backward)  # fmt: skip
+                   att.dot_product_logits_backward)
 
 
 ATTENTION = AttentionExercise(

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 
-from scratchformer import dispatch
-from scratchformer.backend import xp
+from scratchformer.engine import dispatch
+from scratchformer.engine.backend import xp
+from scratchformer.engine.ops import activations, embedding, linear, softmax
 from scratchformer.exercises import draw
 from scratchformer.exercises.op import XP_IMPORT, OpExercise, mistake
 from scratchformer.exercises.spec import always
-from scratchformer.ops import activations, embedding, linear, softmax
 
 
 # -- linear ------------------------------------------------------------------------------
@@ -57,7 +57,7 @@ cache (a LinearCache), what the forward kept:
 Return ``(dx, dW, db)``: dx (..., D_in) like x, dW (D_in, D_out) like W, db (D_out,)
 like b, or None when ``cache.has_bias`` is False. ``...`` is any number of leading axes
 (here (B, T)): W and b are used at every one of those positions.""",
-    imports=f"{XP_IMPORT}\nfrom scratchformer.ops.linear import LinearCache",
+    imports=f"{XP_IMPORT}\nfrom scratchformer.engine.ops.linear import LinearCache",
     cases=dispatch.table("linear").cases,
     drawn=draw.linear,
     gradients=("dx", "dW", "db"),
@@ -155,7 +155,7 @@ RELU = OpExercise(
         cache="a ReLUCache",
         fields="    cache.positive  bool, the shape of x   True where x > 0",
     ),
-    imports=f"{XP_IMPORT}\nfrom scratchformer.ops.activations import ReLUCache",
+    imports=f"{XP_IMPORT}\nfrom scratchformer.engine.ops.activations import ReLUCache",
     cases=dispatch.table("relu").cases,
     drawn=draw.pointwise,
     gradients=("dx",),
@@ -209,7 +209,7 @@ GELU in the tanh form BERT and GPT-2 use, the other activation of the FFN:
 import math
 
 {XP_IMPORT}
-from scratchformer.ops.activations import GELUCache
+from scratchformer.engine.ops.activations import GELUCache
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715""",
@@ -298,8 +298,8 @@ cache (an EmbeddingCache):
 Return ``dE`` (V, D) like E. The same id may occur several times in ids.""",
     imports=f"""\
 {XP_IMPORT}
-from scratchformer import device  # device.segment_sum(idx, rows, K): equal indices add up
-from scratchformer.ops.embedding import EmbeddingCache""",
+from scratchformer.engine import device  # device.segment_sum(idx, rows, K): equal indices add up
+from scratchformer.engine.ops.embedding import EmbeddingCache""",
     cases=dispatch.table("embedding").cases,
     drawn=draw.embedding,
     graded_forward=_embedding_constant_pad,
@@ -371,8 +371,8 @@ cache (a SoftmaxCache):
 Return ``dx`` (..., K) like x. Every row is its own softmax: nothing mixes rows.""",
     imports=f"""\
 {XP_IMPORT}
-from scratchformer import device  # device.rowdot(a, b) = sum(a * b, -1)
-from scratchformer.ops.softmax import SoftmaxCache""",
+from scratchformer.engine import device  # device.rowdot(a, b) = sum(a * b, -1)
+from scratchformer.engine.ops.softmax import SoftmaxCache""",
     cases=dispatch.table("softmax").cases,
     drawn=draw.softmax,
     gradients=("dx",),

@@ -7,13 +7,13 @@ own pieces with the one thing wrong; its hint says where to look, not what to wr
 
 from __future__ import annotations
 
-from scratchformer import dispatch
-from scratchformer.backend import xp
+from scratchformer.engine import dispatch
+from scratchformer.engine.backend import xp
+from scratchformer.engine.ops import dropout, layernorm, loss
+from scratchformer.engine.ops.cases import Case
 from scratchformer.exercises import draw
 from scratchformer.exercises.op import XP_IMPORT, OpExercise, mistake, randn, with_cases
 from scratchformer.exercises.spec import always
-from scratchformer.ops import dropout, layernorm, loss
-from scratchformer.ops.cases import Case
 
 
 # -- layer norm --------------------------------------------------------------------------
@@ -82,8 +82,8 @@ Return ``(dx, dgamma, dbeta)``: dx (..., D) like x, dgamma (D,), dbeta (D,).
 mu and var are computed from x: each depends on every entry of its row.""",
     imports=f"""\
 {XP_IMPORT}
-from scratchformer import device  # device.rowdot(a, b) = sum(a * b, -1)
-from scratchformer.ops.layernorm import LayerNormCache""",
+from scratchformer.engine import device  # device.rowdot(a, b) = sum(a * b, -1)
+from scratchformer.engine.ops.layernorm import LayerNormCache""",
     cases=with_cases(dispatch.table("layernorm").cases, _layernorm_cases),
     drawn=draw.layernorm,
     gradients=("dx", "dgamma", "dbeta"),
@@ -172,7 +172,7 @@ cache (a DropoutCache):
     cache.scale  float                  1 / (1 - p), the survivors' factor
 
 Return ``dx`` like x.""",
-    imports=f"{XP_IMPORT}\nfrom scratchformer.ops.dropout import DropoutCache",
+    imports=f"{XP_IMPORT}\nfrom scratchformer.engine.ops.dropout import DropoutCache",
     given=(dropout.dropout_mask,),
     cases=dispatch.table("dropout").cases,
     drawn=draw.dropout,
@@ -252,7 +252,7 @@ cache (a LossCache):
     (cache.nll_sum, cache.dtype: not needed here)
 
 Return ``dlogits`` (N..., V) like the logits.""",
-    imports=f"{XP_IMPORT}\nfrom scratchformer.ops.loss import LossCache",
+    imports=f"{XP_IMPORT}\nfrom scratchformer.engine.ops.loss import LossCache",
     given=(loss.smoothing_weights, loss.check_scores),
     solution=(loss.row_factors, loss.subtract_q),
     cases=dispatch.table("cross_entropy").cases,

@@ -7,11 +7,11 @@ own pieces with the one thing wrong; its hint says where to look, not what to wr
 
 from __future__ import annotations
 
-from scratchformer import dispatch
-from scratchformer.backend import xp
+from scratchformer.engine import dispatch
+from scratchformer.engine.backend import xp
+from scratchformer.engine.ops import relative_attention as rel
 from scratchformer.exercises import draw
 from scratchformer.exercises.op import OpExercise, mistake
-from scratchformer.ops import relative_attention as rel
 
 
 # -- Shaw's relative logits --------------------------------------------------------------
@@ -62,9 +62,9 @@ Return ``(dQ, dK, dE_k)`` like Q, K and E_k.""",
     imports="""\
 import math
 
-from scratchformer.backend import xp
-from scratchformer import device  # device.segment_sum(idx, rows, K): equal indices add up
-from scratchformer.ops.relative_attention import ShawLogitsCache, relative_index""",
+from scratchformer.engine.backend import xp
+from scratchformer.engine import device  # device.segment_sum(idx, rows, K): equal indices add up
+from scratchformer.engine.ops.relative_attention import ShawLogitsCache, relative_index""",
     given=(rel.gather_relative,),
     solution=(rel.scatter_relative,),
     cases=dispatch.table("shaw_logits").cases,
@@ -182,9 +182,9 @@ Return ``(dQ, dK, dE_r)`` like Q, K and E_r.""",
     imports="""\
 import math
 
-from scratchformer.backend import xp
-from scratchformer import device  # device.segment_sum(idx, rows, K): equal indices add up
-from scratchformer.ops.relative_attention import (
+from scratchformer.engine.backend import xp
+from scratchformer.engine import device  # device.segment_sum(idx, rows, K): equal indices add up
+from scratchformer.engine.ops.relative_attention import (
     SkewLogitsCache,
     distance_index,
     gather_relative,

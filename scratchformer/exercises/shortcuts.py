@@ -1,6 +1,6 @@
 """Shortcuts that make a check prove nothing, found in the learner's file before it runs:
 
-- the engine's own code for the exercise, imported or reached (``from scratchformer.ops
+- the engine's own code for the exercise, imported or reached (``from scratchformer.engine.ops
   .linear import linear_backward``, the op's table ``linear.backward``, ``dispatch.table
   ("linear")``, ``MultiHeadAttention.backward`` read from the class);
 - an autograd package (torch, jax, autograd, tensorflow, ...);
@@ -90,7 +90,7 @@ def find(ex, text: str, path: str) -> str:
             for module in modules:
                 if module.split(".")[0] in AUTOGRAD:
                     return said(f"it imports {module}, which differentiates for you", node)
-                if module == "scratchformer.gradcheck":
+                if module == "scratchformer.engine.gradcheck":
                     return said("it imports the gradient checker (finite differences)", node)
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("scratchformer"):
                 for a in node.names:

@@ -11,7 +11,7 @@ An exercise asks for one or more functions (``Exercise.functions``) and knows:
   ``code`` (a dict of the learner's functions, the engine's or a mistake's) returns on
   each of them, as ``{tensor name: array}`` per input;
 - ``numeric(code)``: the grader's truth, float64 central differences of the forward
-  (``scratchformer.gradcheck``), or for Adam the engine's update;
+  (``scratchformer.engine.gradcheck``), or for Adam the engine's update;
 - its catalogue of classic mistakes: each a wrong version of the same functions. A
   learner's outputs equal to a mistake's on every input *are* that mistake;
 - ``plug(code)``: the learner's code put in place in the engine while a model trains.
@@ -28,9 +28,9 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scratchformer import backend
-from scratchformer.errors import ScratchformerError
-from scratchformer.gradcheck import DEFAULT_H, DEFAULT_TOL
+from scratchformer.engine import backend
+from scratchformer.engine.errors import ScratchformerError
+from scratchformer.engine.gradcheck import DEFAULT_H, DEFAULT_TOL
 
 #: the largest relative error (``max|a - b| / max|b|``) at which a learner's result is
 #: taken to be a catalogued mistake's: rounding apart, the same numbers
@@ -203,8 +203,8 @@ def learner_code(path: str | None, doing: str):
         what = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
         if isinstance(e, ImportError) and e.name == "scratchformer" and "'kernels'" in str(e):
             what += (" (a file started with an earlier scratchformer: the ops are now called "
-                     "through their tables, e.g. 'from scratchformer.ops.linear import linear' "
-                     "and 'linear.backward(...)' for 'kernels.linear.backward(...)')")
+                     "through their tables, e.g. 'from scratchformer.engine.ops.linear import "
+                     "linear' and 'linear.backward(...)' for 'kernels.linear.backward(...)')")
         if at is None:
             raise LearnerError(f"{doing} failed with {what}") from None
         line, func = at

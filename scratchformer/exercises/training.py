@@ -26,15 +26,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from scratchformer import backend, dispatch, writer
-from scratchformer.errors import ScratchformerError
+from scratchformer.app import writer
+from scratchformer.app.progress import clock
+from scratchformer.app.train.config import build
+from scratchformer.app.train.loop import Trainer
+from scratchformer.engine import backend, dispatch
+from scratchformer.engine.errors import ScratchformerError
+from scratchformer.engine.parity import relative_error
 from scratchformer.exercises import EXERCISES, files, isolate, verdict
 from scratchformer.exercises.grade import FAILING
 from scratchformer.exercises.spec import LearnerError, new_seed
-from scratchformer.parity import relative_error
-from scratchformer.progress import clock
-from scratchformer.train.config import build
-from scratchformer.train.loop import Trainer
 
 
 class NothingToTrain(ScratchformerError):

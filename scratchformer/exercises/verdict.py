@@ -14,15 +14,15 @@ from __future__ import annotations
 import contextlib
 import copy
 
-from scratchformer import backend, device
-from scratchformer.backend import xp
-from scratchformer.data.batching import TokenBatchSampler
+from scratchformer.app.data.batching import TokenBatchSampler
+from scratchformer.app.train.tasks import TASKS
+from scratchformer.app.train.tasks.base import line_limit
+from scratchformer.engine import backend, device
+from scratchformer.engine.backend import xp
+from scratchformer.engine.nn.flat import FlatParameters
+from scratchformer.engine.optim.adam import Adam
+from scratchformer.engine.parity import relative_error
 from scratchformer.exercises import EXERCISES, files
-from scratchformer.nn.flat import FlatParameters
-from scratchformer.optim.adam import Adam
-from scratchformer.parity import relative_error
-from scratchformer.train.tasks import TASKS
-from scratchformer.train.tasks.base import line_limit
 
 #: the largest relative difference (max|a-b|/max|b| per parameter, float64) of a
 #: gradient taken for rounding alone: the engine's faster forms sum in another order
@@ -96,7 +96,7 @@ def verdict(cfg, paths: dict, failing=()) -> dict:
     unreached = [] if bad else [name for name in failing if name in code]
     bad.sort(key=lambda kv: -kv[1])
     return {"agree": not bad, "worst": bad[:5], "count": len(bad), "total": len(ref),
-            "blamed": blamed, "unreached": unreached}  # fmt: skip
+            "blamed": blamed, "unreached": unreached}
 
 
 def lines(v: dict) -> list[str]:

@@ -4,7 +4,7 @@ fairseq's batch_by_size)."""
 import numpy as np
 import pytest
 
-from scratchformer.data import (
+from scratchformer.app.data import (
     BatchingError,
     TokenBatchSampler,
     batch_by_size,

@@ -3,7 +3,7 @@ trained on, seeded."""
 
 import pytest
 
-from scratchformer.data import DataError, string_pairs
+from scratchformer.app.data import DataError, string_pairs
 
 #: the settings of the default task (configs/reverse.toml), smaller splits
 SPEC = dict(

@@ -8,9 +8,9 @@ import io
 
 import pytest
 
-from scratchformer.data.text import CorpusError, iter_text_lines
-from scratchformer.data.tokenizers import CharTokenizer, UnknownTokens, WhitespaceTokenizer
-from scratchformer.data.vocab import Vocab
+from scratchformer.app.data.text import CorpusError, iter_text_lines
+from scratchformer.app.data.tokenizers import CharTokenizer, UnknownTokens, WhitespaceTokenizer
+from scratchformer.app.data.vocab import Vocab
 
 BOM = b"\xef\xbb\xbf"
 

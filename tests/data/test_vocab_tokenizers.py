@@ -2,15 +2,15 @@
 
 import pytest
 
-from scratchformer.data import (
+from scratchformer.app.data import (
     CharTokenizer,
     Vocab,
     VocabError,
     WhitespaceTokenizer,
     tokenizer_from_dict,
 )
-from scratchformer.errors import ScratchformerError, TokenError
-from scratchformer.models import TransformerConfig
+from scratchformer.engine.errors import ScratchformerError, TokenError
+from scratchformer.engine.models import TransformerConfig
 
 
 def test_specials_come_first_and_match_the_model_defaults():

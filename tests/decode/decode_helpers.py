@@ -4,8 +4,8 @@ incremental step against full recomputation, and teacher-forced log-probabilitie
 
 import numpy as np
 
-from scratchformer import backend as B
-from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.engine import backend as B
+from scratchformer.engine.models import Transformer, TransformerConfig
 
 
 def lively_model(V=13, norm="pre", positions="learned", share="none", seed=0, eos_gain=1.5, **kw):

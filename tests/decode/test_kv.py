@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from decode_helpers import lively_model, random_src
 
-from scratchformer import backend as B
-from scratchformer.decode import beam_search, greedy_decode
-from scratchformer.errors import ScratchformerError
+from scratchformer.engine import backend as B
+from scratchformer.engine.decode import beam_search, greedy_decode
+from scratchformer.engine.errors import ScratchformerError
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -106,8 +106,13 @@ def test_decoding_runs_the_training_forwards_with_dropout_off(monkeypatch):
     network and every Add & Norm are the training forwards, called with no generator
     (dropout off), their backward caches dropped. Spies count the calls and check that
     no generator reaches them; the outputs are unchanged."""
-    from scratchformer.nn import AddNorm, Dropout, MultiHeadAttention, PositionwiseFeedForward
-    from scratchformer.ops.attention import attention_core
+    from scratchformer.engine.nn import (
+        AddNorm,
+        Dropout,
+        MultiHeadAttention,
+        PositionwiseFeedForward,
+    )
+    from scratchformer.engine.ops.attention import attention_core
 
     calls = {}
 

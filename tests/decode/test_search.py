@@ -14,9 +14,9 @@ from decode_helpers import (
     teacher_forced_logprob,
 )
 
-from scratchformer import backend as B
-from scratchformer.decode import DecodeError, beam_search, greedy_decode, length_penalty
-from scratchformer.errors import (
+from scratchformer.engine import backend as B
+from scratchformer.engine.decode import DecodeError, beam_search, greedy_decode, length_penalty
+from scratchformer.engine.errors import (
     ScratchformerError,
     SequenceTooLongError,
     ShapeError,

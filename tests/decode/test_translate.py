@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from decode_helpers import lively_model
 
-from scratchformer.checkpoint import save_checkpoint
-from scratchformer.cli import main
-from scratchformer.data import Vocab, WhitespaceTokenizer
-from scratchformer.decode import DecodeError, beam_search, translate, translate_nbest
-from scratchformer.decode.translate import loop_hint, loops
-from scratchformer.distributed import World
+from scratchformer.app.checkpoint import save_checkpoint
+from scratchformer.app.cli import main
+from scratchformer.app.data import Vocab, WhitespaceTokenizer
+from scratchformer.app.distributed import World
+from scratchformer.app.translate import loop_hint, loops, translate, translate_nbest
+from scratchformer.engine.decode import DecodeError, beam_search
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran"]
 SENTENCES = ["the cat sat", "", "a dog ran on the mat", "the zebra sat", "cat"]
@@ -58,8 +58,8 @@ def test_a_sentence_never_translates_to_nothing(model_and_tokenizer):
     assert translate(m, tok, ["the cat sat"], beam_size=3, max_len_b=5) == [tok.decode([5])]
     assert translate(m, tok, ["the cat sat"], search="greedy", max_len_b=5) == [tok.decode([5])]
     # the trainer's test decoding of a translation task passes min_len=1 the same way
-    from scratchformer.decode import DecodeOptions  # noqa: PLC0415
-    from scratchformer.train import decode_outputs  # noqa: PLC0415
+    from scratchformer.app.train import decode_outputs  # noqa: PLC0415
+    from scratchformer.engine.decode import DecodeOptions  # noqa: PLC0415
 
     sources = [tok.encode("the cat sat")]
     for method in ("beam", "greedy"):
@@ -72,8 +72,8 @@ def test_text_commands_default_to_a_non_empty_output():
     """``scratchformer translate`` and ``evaluate`` default to --min-len 1."""
     import argparse  # noqa: PLC0415
 
-    from scratchformer.commands import evaluate as ev  # noqa: PLC0415
-    from scratchformer.commands import translate as tr  # noqa: PLC0415
+    from scratchformer.app.commands import evaluate as ev  # noqa: PLC0415
+    from scratchformer.app.commands import translate as tr  # noqa: PLC0415
 
     for mod, name in ((tr, "translate"), (ev, "evaluate")):
         argv = [name, "--checkpoint", "c"]
@@ -113,14 +113,14 @@ def test_cli_translate_file_and_stdin(model_and_tokenizer, tmp_path, capsys, mon
     expected = translate(m, tok, SENTENCES, beam_size=2, max_len_b=5)
 
     code = main(["translate", "--checkpoint", str(ckpt), "--input", str(src), "--beam", "2",
-                 "--max-len-b", "5"])  # fmt: skip
+                 "--max-len-b", "5"])
     assert code == 0
     assert capsys.readouterr().out.split("\n")[:-1] == expected
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("the cat sat\n\ncat\n"))
     out_file = tmp_path / "out.tsv"
     code = main(["translate", "--checkpoint", str(ckpt), "--beam", "3", "--nbest", "2",
-                 "--max-len-b", "5", "--output", str(out_file)])  # fmt: skip
+                 "--max-len-b", "5", "--output", str(out_file)])
     assert code == 0
     lines = out_file.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(lines) == 2 + 1 + 2  # two n-best lines, an empty line, two n-best lines
@@ -157,7 +157,7 @@ def test_an_output_named_as_the_standard_output_is_the_standard_output(
                 [sys.executable, "-m", "scratchformer", "translate", "--checkpoint", str(ckpt),
                  "--input", str(src), "--greedy", "--max-len-b", "4", "--output", output],
                 stdout=out, stderr=subprocess.PIPE, text=True, timeout=300,
-            )  # fmt: skip
+            )
         assert r.returncode == 0, (output, r.stderr)
         assert f.read_text(encoding="utf-8").splitlines() == expected, output
 
@@ -195,8 +195,8 @@ def test_ranks_share_the_decoding_and_each_returns_every_output(model_and_tokeni
     """Each rank decodes every size-th source of the length order (equal shares of the
     work, together every source once), and every rank returns the outputs one process
     gives, in the order of the sources."""
-    from scratchformer.decode import DecodeOptions  # noqa: PLC0415
-    from scratchformer.train import decode_outputs  # noqa: PLC0415
+    from scratchformer.app.train import decode_outputs  # noqa: PLC0415
+    from scratchformer.engine.decode import DecodeOptions  # noqa: PLC0415
 
     m, tok = model_and_tokenizer
     rng = np.random.default_rng(0)

@@ -5,9 +5,9 @@ generator (its draws depend on the seed and the count alone; a fork replays them
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer import device
-from scratchformer.device.counter import CounterGenerator, mix, mix_host
+from scratchformer.engine import backend as B
+from scratchformer.engine import device
+from scratchformer.engine.device.counter import CounterGenerator, mix, mix_host
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -59,7 +59,7 @@ def test_the_same_bits_every_run_and_a_float64_sum_within_rounding(dtype):
 def test_the_host_form_gives_the_gpu_form_bits(dtype, K):
     """NumPy compacts the runs (its sizes depend on the data, free on the host); the form
     written for the GPU keeps every row. The same reduceat slices: the same bits."""
-    from scratchformer.device import numpy_device, segment
+    from scratchformer.engine.device import numpy_device, segment
 
     r = np.random.default_rng(1)
     ids = r.integers(0, K, 500)
@@ -130,9 +130,9 @@ def test_generators_are_made_once_not_per_attention_block_or_check_evaluation(mo
     a gradient check its evaluations' masks from forks of one generator: no generator is
     made per block or per evaluation (on CuPy each would be work; on any device, a fork is
     a copy of a state)."""
-    from scratchformer.gradcheck import check_model
-    from scratchformer.models import Transformer, TransformerConfig
-    from scratchformer.nn.attention import MultiHeadAttention
+    from scratchformer.engine.gradcheck import check_model
+    from scratchformer.engine.models import Transformer, TransformerConfig
+    from scratchformer.engine.nn.attention import MultiHeadAttention
 
     made = []
     original = device.generator
@@ -154,7 +154,7 @@ def test_a_generator_of_another_backend_is_refused_in_one_line(monkeypatch):
     """On CuPy a NumPy generator's host masks cannot multiply device arrays: the model
     refuses it where it enters, naming what to use (checked here by pretending the
     backend is CuPy: the check reads only the names)."""
-    from scratchformer.models import Transformer, TransformerConfig
+    from scratchformer.engine.models import Transformer, TransformerConfig
 
     device.check_generator(np.random.default_rng(0))  # NumPy's, on NumPy: fine
     device.check_generator(CounterGenerator(0))  # the counter-based one: on any backend

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchformer import backend as B
-from scratchformer.train import TrainConfig, Trainer
+from scratchformer.app.train import TrainConfig, Trainer
+from scratchformer.engine import backend as B
 
 
 def five_steps(cfg: dict, world=None) -> dict:
@@ -39,7 +39,7 @@ def five_steps(cfg: dict, world=None) -> dict:
 
 
 if __name__ == "__main__":
-    from scratchformer import distributed
+    from scratchformer.app import distributed
 
     configs, out_dir = json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2])
     w = distributed.world()

@@ -13,9 +13,9 @@ import pytest
 from mpi_worker import five_steps
 from task_data import TASK_NAMES, run_config
 
-from scratchformer import backend as B
-from scratchformer import distributed
-from scratchformer.train import accumulate_gradients
+from scratchformer.app import distributed
+from scratchformer.app.train import accumulate_gradients
+from scratchformer.engine import backend as B
 
 HERE = Path(__file__).resolve().parent
 
@@ -86,8 +86,8 @@ def test_two_ranks_take_the_steps_of_one_process(mpi_results, task):
 
 def test_an_empty_share_adds_nothing(f64):
     """A rank whose share of a micro-batch is empty (None) adds nothing to the sum."""
-    from scratchformer.models import Transformer, TransformerConfig
-    from scratchformer.train.tasks.seq2seq import pair_batch
+    from scratchformer.app.train.tasks.seq2seq import pair_batch
+    from scratchformer.engine.models import Transformer, TransformerConfig
 
     model = Transformer(TransformerConfig.preset("tiny", vocab_size=12, P_drop=0.0))
     pairs = [([4, 5, 6], [7, 8]), ([9, 10], [11])]

@@ -38,11 +38,11 @@ from mpi_jobs import (
 )
 from task_data import run_config, write_toml
 
-from scratchformer.checkpoint import list_checkpoints, load_checkpoint
-from scratchformer.train import TrainConfig
-from scratchformer.train.final import averaging_window
-from scratchformer.train.rundir import RunLock
-from scratchformer.train.tasks import TASKS
+from scratchformer.app.checkpoint import list_checkpoints, load_checkpoint
+from scratchformer.app.train import TrainConfig
+from scratchformer.app.train.final import averaging_window
+from scratchformer.app.train.rundir import RunLock
+from scratchformer.app.train.tasks import TASKS
 
 pytestmark = pytest.mark.slow
 PREFIX = "scratchformer train: "  # rank 0 speaks for the run

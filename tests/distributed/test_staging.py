@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchformer import backend as B
-from scratchformer.distributed import MPIWorld
+from scratchformer.app.distributed import MPIWorld
+from scratchformer.engine import backend as B
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
 from host_reads import DeviceArray, recording  # noqa: E402

@@ -229,7 +229,7 @@ def test_every_derivation_shows_the_exact_code(site):
     text = (site / "derivations.html").read_text(encoding="utf-8")
     blocks = {}
     for m in re.finditer(r'<details class="example" open="open">\s*<summary>(.*?)</summary>'
-                         r"(.*?)</details>", text, flags=re.S):  # fmt: skip
+                         r"(.*?)</details>", text, flags=re.S):
         code = re.sub(r"<[^>]+>", "", re.search(r"<code>(.*?)</code>", m.group(2), re.S).group(1))
         blocks[html.unescape(m.group(1))] = html.unescape(code)
     expected = dict(_expected(path, name) for path, name in derivation_refs())
@@ -260,10 +260,10 @@ def _expected(path: str, qualname: str) -> tuple[str, str]:
 @pytest.mark.slow
 def test_api_pages_come_from_the_docstrings(site):
     """The API reference is generated from the docstrings (mkdocstrings)."""
-    from scratchformer.ops import attention
+    from scratchformer.engine.ops import attention
 
     page = (site / "api" / "ops.html").read_text(encoding="utf-8")
-    assert 'id="scratchformer.ops.attention.attention_backward"' in page
+    assert 'id="scratchformer.engine.ops.attention.attention_backward"' in page
     first = attention.attention_backward.__doc__.strip().splitlines()[0]
     words = re.findall(r"[A-Za-z]{5,}", first)[:4]
     assert all(w in page for w in words), words

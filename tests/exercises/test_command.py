@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scratchformer.cli import main
+from scratchformer.app.cli import main
 from scratchformer.exercises import EXERCISES
 
 WRONG_LAYERNORM = """\
@@ -72,7 +72,7 @@ def test_start_check_fix_pass_and_list(here, capsys):
         "    dx = rstd * (dxhat - dxhat.mean(axis=-1, keepdims=True))\n",
         "    dx = rstd * (dxhat - dxhat.mean(axis=-1, keepdims=True)"
         " - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True))\n",
-    ))  # fmt: skip
+    ))
     code, out, _ = run(capsys, "check", "layernorm")
     assert code == 0 and "PASSED" in out and "recognised" not in out
 
@@ -111,7 +111,7 @@ def test_start_never_overwrites(here, capsys):
         (f"    return dout.astype('float32'), {SUMS}, {SUMS}\n", "dx has dtype float32; expected"),
     ],
     ids=["syntax error", "raises", "wrong shape", "NaN", "too few", "wrong dtype"],
-)  # fmt: skip
+)
 def test_a_broken_file_gets_one_line(here, capsys, body, expected):
     run(capsys, "start", "layernorm")
     fill(here / "exercises" / "layernorm.py", body)

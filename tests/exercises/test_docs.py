@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scratchformer.commands.exercise import derivation, slug
+from scratchformer.app.commands.exercise import derivation, slug
 from scratchformer.exercises import EXERCISES
 
 ROOT = Path(__file__).resolve().parents[2]

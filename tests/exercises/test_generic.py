@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from scratchformer.engine.ops import attention as att
+from scratchformer.engine.ops import dropout, embedding, linear, loss, softmax
 from scratchformer.exercises import EXERCISES
 from scratchformer.exercises.grade import FAILING, grade, report
-from scratchformer.ops import attention as att
-from scratchformer.ops import dropout, embedding, linear, loss, softmax
 
 
 def _linear_sign(dout, cache):
@@ -51,7 +51,7 @@ CASES = [
     ("attention", {"dot_product_logits_backward": _logits_no_scale}, "dK = "),
     ("softmax", {"softmax_backward": _softmax_masked}, "wrong only at entries where the right dx is zero"),  # noqa: E501
     ("embedding", {"embedding_backward": _embedding_zero}, "dE is zero on every entry"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("name, code, says", CASES, ids=[c[2][:24] for c in CASES])
@@ -89,7 +89,7 @@ def test_swapped_outputs_are_named():
 
 
 def test_a_factor_per_row_and_a_gradient_wrong_on_some_inputs_only_are_named():
-    from scratchformer.ops import layernorm
+    from scratchformer.engine.ops import layernorm
 
     ln = EXERCISES["layernorm"]
 

@@ -7,11 +7,11 @@ import textwrap
 
 import pytest
 
+from scratchformer.engine.gradcheck import check_module
+from scratchformer.engine.nn.layers import Linear
 from scratchformer.exercises import EXERCISES
 from scratchformer.exercises.grade import BROKEN, FAILING, PASSING, grade, report
 from scratchformer.exercises.spec import drawing
-from scratchformer.gradcheck import check_module
-from scratchformer.nn.layers import Linear
 
 
 def solution(ex) -> dict:
@@ -82,7 +82,7 @@ def test_a_layer_that_adds_into_the_gradient_it_was_given_fails(tmp_path):
             dx_res, da = self.self_attn_norm.exit_backward(dx, c.exit)
             da_q, da_kv = self.self_attn.backward(da, c.sublayer)
             return dx_res + self.self_attn_norm.enter_backward(da_q + da_kv, c.enter)
-    """)  # fmt: skip
+    """)
     g = grade(EXERCISES["encoder_layer"], code)
     assert g.status == FAILING and "changed dout" in g.message and "line 4" in g.message
 
@@ -98,7 +98,7 @@ def test_the_finite_differences_never_see_what_a_backward_did_to_its_inputs():
                 p[...] = 0.0
             return dx
 
-    from scratchformer import backend
+    from scratchformer.engine import backend
 
     m = Spoiler(3, 2, rng=backend.host_rng(0))
     x = backend.asarray(backend.host_rng(1).standard_normal((2, 4, 3)))
@@ -148,7 +148,7 @@ def test_the_drawn_inputs_cover_batch_one_and_more_in_two_and_three_dimensions()
 )
 def test_learner_code_never_ends_the_command(tmp_path, monkeypatch, capsys, body, expected):
     """check says what happened and goes on with the next file; list lists them all."""
-    from scratchformer.cli import main
+    from scratchformer.app.cli import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["exercise", "start", "relu"]) == 0
@@ -176,25 +176,26 @@ def test_no_shortcut_is_seen_in_the_files_start_and_solution_write(name):
 
 
 SHORTCUTS = [
-    ("linear", "from scratchformer.ops.linear import linear_backward as _engine\n",
+    ("linear", "from scratchformer.engine.ops.linear import linear_backward as _engine\n",
      "    return _engine(dout, cache)\n", "imports the engine's own linear_backward"),
-    ("linear", "from scratchformer.ops.linear import linear\n",
+    ("linear", "from scratchformer.engine.ops.linear import linear\n",
      "    return linear.backward(dout, cache)\n", "calls the engine's linear.backward"),
-    ("ffn", "from scratchformer.nn.layers import PositionwiseFeedForward as F\nengine = F.backward\n",  # noqa: E501
+    ("ffn", "from scratchformer.engine.nn.layers import PositionwiseFeedForward as F\nengine = F.backward\n",  # noqa: E501
      "    return engine(self, dout, cache)\n", "own PositionwiseFeedForward.backward"),  # noqa: E501
     ("relu", "", "    import torch\n    return dout\n", "imports torch, which differentiates"),
-    ("relu", "", "    from scratchformer.gradcheck import numeric_gradient\n    return dout\n",
+    ("relu", "",
+     "    from scratchformer.engine.gradcheck import numeric_gradient\n    return dout\n",
      "imports the gradient checker"),
     ("relu", "", "    return (relu_forward(cache.positive + 1e-6)[0] - 0) * dout\n",
      "relu_backward calls the forward (relu_forward): finite differences"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("name, head, body, says", SHORTCUTS)
 def test_a_shortcut_passes_nothing_and_is_named(
     tmp_path, monkeypatch, capsys, name, head, body, says
 ):
-    from scratchformer.cli import main
+    from scratchformer.app.cli import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["exercise", "start", name]) == 0
@@ -213,15 +214,15 @@ def test_a_shortcut_passes_nothing_and_is_named(
 def test_a_file_of_the_earlier_layout_is_told_how_to_call_the_ops_now(tmp_path, capsys):
     """A layer file started before the ops' tables moved into ops/ imports
     ``scratchformer.kernels``: its check says in its one line how the ops are called now."""
-    from scratchformer.cli import main
+    from scratchformer.app.cli import main
 
     folder = tmp_path / "exercises"
     assert main(["exercise", "start", "ffn", "--dir", str(folder)]) == 0
     path = folder / "ffn.py"
-    path.write_text(path.read_text().replace("from scratchformer.ops.linear import linear",
+    path.write_text(path.read_text().replace("from scratchformer.engine.ops.linear import linear",
                                              "from scratchformer import kernels"))
     capsys.readouterr()
     assert main(["exercise", "check", "ffn", "--dir", str(folder)]) == 1
     out = capsys.readouterr().out
     assert "cannot import name 'kernels'" in out
-    assert "from scratchformer.ops.linear import linear" in out and "Traceback" not in out
+    assert "from scratchformer.engine.ops.linear import linear" in out and "Traceback" not in out

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import pytest
 
-from scratchformer import dispatch
-from scratchformer.cli import main
+from scratchformer.app.cli import main
+from scratchformer.engine import dispatch
+from scratchformer.engine.nn.attention import MultiHeadAttention
+from scratchformer.engine.nn.layers import AddNorm, PositionwiseFeedForward
+from scratchformer.engine.nn.transformer import DecoderLayer, EncoderLayer, SelfAttentionLayer
+from scratchformer.engine.optim.adam import Adam
 from scratchformer.exercises import EXERCISES
 from scratchformer.exercises.op import LEARNER
-from scratchformer.nn.attention import MultiHeadAttention
-from scratchformer.nn.layers import AddNorm, PositionwiseFeedForward
-from scratchformer.nn.transformer import DecoderLayer, EncoderLayer, SelfAttentionLayer
-from scratchformer.optim.adam import Adam
 
 SMALL = [
     "--set", "task.train_size=300", "--set", "task.valid_size=20",
     "--set", "task.test_size=20", "--set", "train.checkpoint_every=0",
-]  # fmt: skip
+]
 
 
 def engine_methods() -> dict:
@@ -165,7 +165,7 @@ def test_one_wrong_pass_is_named_by_the_verdict_and_decides_the_status(
     code, out = _train_with_one_wrong(
         tmp_path, monkeypatch, capsys, "layernorm", "xhat * mean_dxhat_xhat)",
         "xhat * mean_dxhat_xhat * 8 / 7)",
-    )  # fmt: skip
+    )
     assert code == 1, out
     assert "what makes them differ, plugged in alone: layernorm (its check fails too" in out
     assert "A run of 2 steps shows nothing either way" in out

@@ -4,7 +4,7 @@
 import pytest
 from task_data import TINY_RUN
 
-from scratchformer.cli import main as cli_main
+from scratchformer.app.cli import main as cli_main
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +75,7 @@ def reverse_model(tmp_path_factory):
     """A tiny reverse model trained a few dozen steps: ``(checkpoint, model, tokenizer)``.
     Checkpoints every 10 steps, so that the run has an average (of steps 50 and 60, the
     last 20%) beside its final model."""
-    from scratchformer.checkpoint import load_with_tokenizer
+    from scratchformer.app.checkpoint import load_with_tokenizer
 
     run = tmp_path_factory.mktemp("reverse") / "run"
     argv = ["train", *TINY_RUN, "--run-dir", str(run), "--steps", "60", "--no-test"]

@@ -135,8 +135,8 @@ BOMBS = {  # id: (how it is built, what the one line says)
 
 LOADER = """
 import sys
-from scratchformer import memory
-from scratchformer.cli import main
+from scratchformer.engine import memory
+from scratchformer.app.cli import main
 if sys.argv[1] == "--memory":
     free = int(sys.argv[2])
     memory.available_memory = lambda: free

@@ -24,17 +24,17 @@ import zipfile
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer import memory
-from scratchformer.checkpoint import (
+from scratchformer.app.checkpoint import (
     CheckpointError,
     average_checkpoints,
     list_checkpoints,
     load_checkpoint,
     save_checkpoint,
 )
-from scratchformer.cli import main as cli_main
-from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.app.cli import main as cli_main
+from scratchformer.engine import backend as B
+from scratchformer.engine import memory
+from scratchformer.engine.models import Transformer, TransformerConfig
 
 P, M, V = "model/embed.E", "optim/m/embed.E", "optim/v/embed.E"  # arrays every run has
 _DROP = object()
@@ -498,12 +498,12 @@ def test_crash_between_temp_write_and_rename_keeps_the_old_checkpoint(tmp_path):
     script = textwrap.dedent(
         f"""
         import os
-        from scratchformer import checkpoint
-        from scratchformer.models import Transformer, TransformerConfig
+        from scratchformer.app import checkpoint
+        from scratchformer.engine.models import Transformer, TransformerConfig
         def crash(src, dst):
             assert os.path.getsize(src) > 0   # the new checkpoint is fully written ...
             os._exit(17)                      # ... and the process dies before the rename
-        from scratchformer import writer
+        from scratchformer.app import writer
         writer.os.replace = crash
         new = Transformer(TransformerConfig.preset("tiny", vocab_size=13, seed=1))
         checkpoint.save_checkpoint({str(path)!r}, new, step=2)
@@ -526,7 +526,7 @@ def test_failed_write_cleans_up_and_keeps_the_old_checkpoint(tmp_path, monkeypat
     def fail(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr("scratchformer.writer.os.replace", fail)
+    monkeypatch.setattr("scratchformer.app.writer.os.replace", fail)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(path, tiny_model(seed=1), step=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_1.npz"]

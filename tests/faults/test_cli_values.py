@@ -22,10 +22,10 @@ import sys
 
 import pytest
 
-from scratchformer import backend as B
-from scratchformer import cli
-from scratchformer.cli import main as cli_main
-from scratchformer.commands import gradcheck
+from scratchformer.app import cli
+from scratchformer.app.cli import main as cli_main
+from scratchformer.app.commands import gradcheck
+from scratchformer.engine import backend as B
 
 
 @pytest.fixture
@@ -364,7 +364,7 @@ def test_out_of_gpu_memory_is_one_line_naming_the_setting(monkeypatch, capsys, c
     """CuPy's OutOfMemoryError (it imports without a GPU) as one line: where, CuPy's
     figures, and the setting to lower for the command that ran out."""
     cupy_memory = pytest.importorskip("cupy.cuda.memory")
-    from scratchformer.commands import train, translate
+    from scratchformer.app.commands import train, translate
 
     module = {"train": train, "translate": translate}[command]
     real = module.add_parser
@@ -386,7 +386,7 @@ def test_out_of_gpu_memory_is_one_line_naming_the_setting(monkeypatch, capsys, c
 @pytest.mark.skipif(B.cupy_available(), reason="CuPy with a GPU is available here")
 def test_the_python_api_refuses_an_unusable_backend_named_as_the_command_line_does(tmp_path):
     code = (
-        "from scratchformer.models import Transformer, TransformerConfig\n"
+        "from scratchformer.engine.models import Transformer, TransformerConfig\n"
         "Transformer(TransformerConfig.preset('tiny', vocab_size=12))\n"
     )
     env = {**os.environ, "SCRATCHFORMER_BACKEND": "cupy"}

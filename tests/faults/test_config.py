@@ -13,8 +13,8 @@ import shutil
 import pytest
 from task_data import TASK_NAMES, TINY_RUN, run_config
 
-from scratchformer.cli import main as cli_main
-from scratchformer.train import TrainConfig, train
+from scratchformer.app.cli import main as cli_main
+from scratchformer.app.train import TrainConfig, train
 
 INTERNALS = ("TransformerConfig", "__init__", "scratchformer.", "Settings", "None)", "kwarg")
 

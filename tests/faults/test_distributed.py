@@ -45,8 +45,8 @@ from mpi_jobs import (
 )
 from task_data import TINY_RUN, run_config, write_toml
 
-from scratchformer import distributed
-from scratchformer.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+from scratchformer.app import distributed
+from scratchformer.app.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
 
 
 def config(root: Path, steps: int) -> Path:
@@ -203,7 +203,7 @@ class NoMPI:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 sys.meta_path.insert(0, NoMPI())
-from scratchformer.cli import main
+from scratchformer.app.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -14,7 +14,7 @@ cases driven or why the shape does not apply to that command:
 - ``link-out-of-folder``: a file of a folder the program owns (a run directory, a data
   set's folder, the exercises folder) is a symbolic link leading out of that folder.
 
-Each case runs the real command in-process (``scratchformer.cli.main``): it must end
+Each case runs the real command in-process (``scratchformer.app.cli.main``): it must end
 with exit status 2 and exactly one line on stderr, and leave every file, link and folder
 under the test's folder as it was (SHA-256 of each file; the run's ``.lock`` aside).
 A case on an input is run again with ``--overwrite`` where the command has the flag:
@@ -40,7 +40,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from scratchformer.cli import build_parser, main
+from scratchformer.app.cli import build_parser, main
 from scratchformer.exercises import EXERCISES
 
 # -- the commands, from the parser ---------------------------------------------------------
@@ -865,7 +865,7 @@ def test_overwrite_replaces_a_foreign_file(place, capsys, command):
     new = path.read_bytes()
     assert new != mine and not path.is_symlink()
     if command == "average":
-        from scratchformer.checkpoint import load_checkpoint
+        from scratchformer.app.checkpoint import load_checkpoint
 
         assert "averaged_from" in load_checkpoint(path).meta
     elif command.startswith("plot"):

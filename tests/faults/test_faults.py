@@ -36,7 +36,7 @@ import pytest
 from fault_hooks import faults_env
 from task_data import run_config, write_toml
 
-from scratchformer.checkpoint import META_KEY, list_checkpoints, load_checkpoint
+from scratchformer.app.checkpoint import META_KEY, list_checkpoints, load_checkpoint
 
 pytestmark = pytest.mark.slow
 

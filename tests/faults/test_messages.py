@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from task_data import TINY_RUN
 
-from scratchformer import memory
-from scratchformer.cli import main
+from scratchformer.app.cli import main
+from scratchformer.engine import memory
 
 
 @pytest.fixture
@@ -124,7 +124,7 @@ def test_an_address_space_limit_counts_as_memory():
     """``ulimit -v`` (RLIMIT_AS) bounds what a process can allocate: it is counted."""
     resource = pytest.importorskip("resource")
     code = (
-        "import resource; from scratchformer.memory import available_memory; "
+        "import resource; from scratchformer.engine.memory import available_memory; "
         "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY)); "
         "print(available_memory())"
     )

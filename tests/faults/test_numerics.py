@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 from task_data import TINY_RUN, run_config
 
-from scratchformer import backend as B
-from scratchformer.checkpoint import list_checkpoints, load_checkpoint
-from scratchformer.cli import main as cli_main
-from scratchformer.train import TrainConfig, Trainer, TrainingDiverged
+from scratchformer.app.checkpoint import list_checkpoints, load_checkpoint
+from scratchformer.app.cli import main as cli_main
+from scratchformer.app.train import TrainConfig, Trainer, TrainingDiverged
+from scratchformer.engine import backend as B
 
 
 def test_an_overflowing_update_leaves_no_checkpoint(tmp_path, capsys):
@@ -70,7 +70,7 @@ def test_a_non_finite_state_is_refused_and_the_last_finite_checkpoint_named(tmp_
 # -- the decoders' numeric settings, called from Python ---------------------------------
 @pytest.fixture(scope="module")
 def tiny_models():
-    from scratchformer.models import LanguageModel, Transformer, TransformerConfig
+    from scratchformer.engine.models import LanguageModel, Transformer, TransformerConfig
 
     cfg = TransformerConfig(vocab_size=12, N=1, d_model=8, d_ff=16, h=2, max_len=16)
     return Transformer(cfg), LanguageModel(cfg)
@@ -90,7 +90,7 @@ def tiny_models():
     ids=lambda v: str(v) if isinstance(v, dict) else "",
 )
 def test_sampling_settings_are_checked(tiny_models, setting, message):
-    from scratchformer.decode.sample import SamplingError, generate
+    from scratchformer.engine.decode.sample import SamplingError, generate
 
     with pytest.raises(SamplingError) as e:
         generate(tiny_models[1], [1, 4], max_new_tokens=3, **setting)
@@ -113,8 +113,8 @@ def test_sampling_settings_are_checked(tiny_models, setting, message):
     ids=lambda v: str(v) if isinstance(v, dict) else "",
 )
 def test_beam_settings_are_checked(tiny_models, setting, message):
-    from scratchformer.decode import beam_search
-    from scratchformer.decode.common import DecodeError
+    from scratchformer.engine.decode import beam_search
+    from scratchformer.engine.decode.common import DecodeError
 
     with pytest.raises(DecodeError) as e:
         beam_search(tiny_models[0], np.array([[4, 5, 2]]), **{"beam_size": 4, **setting})
@@ -123,8 +123,8 @@ def test_beam_settings_are_checked(tiny_models, setting, message):
 
 def test_a_perplexity_beyond_a_float_is_written_as_none():
     """exp(nll) of a diverged model is not clamped to a number that looks measured."""
-    from scratchformer.train.report import FORMATS
-    from scratchformer.train.step import perplexity
+    from scratchformer.app.train.records import perplexity
+    from scratchformer.app.train.report import FORMATS
 
     assert perplexity(1e7) is None and perplexity(2.0) == pytest.approx(math.exp(2.0))
     assert FORMATS["ppl"][1](None) == "beyond 1e308"
@@ -133,7 +133,7 @@ def test_a_perplexity_beyond_a_float_is_written_as_none():
 @pytest.mark.parametrize("value", [1e300, 1e30, 12345.678, float("inf")])
 def test_a_huge_perplexity_is_printed_in_a_few_digits(value):
     """A diverging run's perplexity (exp of a loss of 700) is a number, not 300 digits."""
-    from scratchformer.train.report import FORMATS
+    from scratchformer.app.train.report import FORMATS
 
     text = FORMATS["ppl"][1](value)
     assert len(text) <= 10 and float(text) == pytest.approx(value, rel=1e-2)
@@ -245,7 +245,7 @@ def test_a_divergence_read_at_a_later_record_names_both_steps(tmp_path, capsys):
 
 
 def test_a_spike_that_recovers_stops_nothing_and_a_lasting_one_does():
-    from scratchformer.train.step import Divergence
+    from scratchformer.app.train.records import Divergence
 
     d = Divergence(outputs=100)  # uniform: log 100 = 4.6, limit 14.6
     assert [d.check(s, 1.0) for s in range(30)] == [""] * 30
@@ -260,8 +260,8 @@ def test_a_spike_that_recovers_stops_nothing_and_a_lasting_one_does():
 
 
 def test_the_api_refuses_to_save_a_non_finite_model(tmp_path):
-    from scratchformer.checkpoint import CheckpointError, save_checkpoint
-    from scratchformer.models import Transformer, TransformerConfig
+    from scratchformer.app.checkpoint import CheckpointError, save_checkpoint
+    from scratchformer.engine.models import Transformer, TransformerConfig
 
     model = Transformer(TransformerConfig.preset("tiny", vocab_size=13))
     model.parameters()["embed.E"][3, 2] = np.nan
@@ -276,7 +276,7 @@ def test_average_refuses_checkpoints_of_two_runs(tmp_path, capsys):
     for seed in ("1", "2"):
         run = tmp_path / f"run{seed}"
         assert cli_main(["train", *TINY_RUN, "--run-dir", str(run), "--steps", "2", "--no-test"]
-                        + ["--seed", seed]) == 0  # fmt: skip
+                        + ["--seed", seed]) == 0
         paths.append(str(run / "checkpoints" / "checkpoint_2.npz"))
     capsys.readouterr()
     assert cli_main(["average", *paths, "-o", str(tmp_path / "avg.npz")]) == 2

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scratchformer.checkpoint import load_checkpoint
+from scratchformer.app.checkpoint import load_checkpoint
 
 
 def checksums(*folders) -> dict:
@@ -115,7 +115,7 @@ def test_an_output_that_is_no_regular_file_is_never_taken_for_an_input(run):
         (["--input", os.devnull, "--output", os.devnull], None, subprocess.PIPE),
     ]:
         p = subprocess.run([*argv, *extra, "--no-progress"], stdin=stdin, stdout=stdout,
-                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+                           stderr=subprocess.PIPE, text=True)
         assert p.returncode == 0, (extra, p.stderr)
         assert "translated 0 sentences" in p.stderr
 
@@ -128,7 +128,7 @@ def test_translate_writes_over_a_run_file_only_with_overwrite(run, refused, caps
     refused(translate(run, "--output", str(target)), what)
     assert checksums(run.parent) == before
     if not name.endswith(".npz"):
-        from scratchformer.cli import main
+        from scratchformer.app.cli import main
 
         assert main([*translate(run, "--output", str(target), "--overwrite")]) == 0
         assert target.read_text(encoding="utf-8").count("\n") == 2  # the user named it
@@ -174,7 +174,7 @@ def test_average_never_writes_over_a_file_of_a_run(run, refused):
 
 
 def test_average_replaces_a_runs_average_only_with_overwrite(run, refused, capsys):
-    from scratchformer.cli import main
+    from scratchformer.app.cli import main
 
     assert main(["average", str(run / "checkpoints"), "--last", "1", "--overwrite"]) == 0
     assert "averaged_from" in load_checkpoint(run / "checkpoints" / "averaged.npz").meta

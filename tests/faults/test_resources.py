@@ -24,9 +24,9 @@ import pytest
 from task_data import TINY_RUN
 from timing import untimed
 
-from scratchformer.checkpoint import load_with_tokenizer
-from scratchformer.cli import main
-from scratchformer.decode import translate
+from scratchformer.app.checkpoint import load_with_tokenizer
+from scratchformer.app.cli import main
+from scratchformer.app.translate import translate
 
 LETTERS = "abcdefghij"  # the reverse task's alphabet (10 symbols)
 
@@ -77,7 +77,7 @@ def test_chunked_translation_equals_one_chunk(
     argv = ["translate", "--checkpoint", ckpt, "--input", src, "--batch-size", "4", *MODES[mode]]
     whole = _cli(capsys, [*argv, "--chunk-size", "100000"])
     if chunk == "default-3":  # the module constant is the default
-        monkeypatch.setattr("scratchformer.commands.translate.CHUNK_SIZE", 3)
+        monkeypatch.setattr("scratchformer.app.commands.translate.CHUNK_SIZE", 3)
         chunked = _cli(capsys, argv)
     else:
         chunked = _cli(capsys, [*argv, "--chunk-size", chunk])
@@ -224,7 +224,7 @@ def test_translation_memory_does_not_grow_with_the_input(tmp_path, capsys):
 @pytest.fixture
 def little_memory(monkeypatch):
     """A machine with 50 MB available (the estimate must refuse before allocating)."""
-    from scratchformer import memory
+    from scratchformer.engine import memory
 
     monkeypatch.setattr(memory, "available_memory", lambda: 50_000_000)
 
@@ -289,7 +289,7 @@ def test_requests_that_fit_are_not_refused(reverse_model, tmp_path, capsys):
 def allocations(monkeypatch):
     """The parameters allocated while the test runs (their names): a request refused by
     its estimate allocates none (shapes read by declaring them do not count)."""
-    from scratchformer.nn.module import Declared, Module
+    from scratchformer.engine.nn.module import Declared, Module
 
     made, real = [], Module.add_parameter
 
@@ -364,7 +364,7 @@ def test_a_gradient_check_longer_than_an_hour_needs_force(refused, argv, says):
 )
 def test_every_kind_of_check_is_timed_and_runs_with_force(refused, capsys, monkeypatch, argv):
     """With a limit of a millisecond, each check is refused, and --force runs it."""
-    monkeypatch.setattr("scratchformer.commands.gradcheck_clock.TIME_LIMIT", 1e-3)
+    monkeypatch.setattr("scratchformer.app.commands.gradcheck_clock.TIME_LIMIT", 1e-3)
     refused(["gradcheck", *argv, "--samples", "2"], "this check would take about", "--force")
     assert main(["gradcheck", *argv, "--samples", "2", "--force", "--no-progress"]) == 0
     assert "estimated time: about" in capsys.readouterr().out
@@ -380,7 +380,7 @@ def test_the_estimate_counts_every_pass_the_check_runs(capsys, monkeypatch):
     """A directional check of the tiny model: per norm, a copy, one forward and one
     backward pass for the analytic gradient, two forward passes per direction (one
     direction per tensor and one for all parameters), and every entry moved twice."""
-    from scratchformer.commands import gradcheck_clock as gradcheck
+    from scratchformer.app.commands import gradcheck_clock as gradcheck
 
     monkeypatch.setattr(gradcheck, "probe", lambda *a: gradcheck.Probe(1.0, 2.0, 3.0))
     monkeypatch.setattr(gradcheck, "TIME_LIMIT", 1e9)
@@ -396,7 +396,7 @@ def test_the_estimate_counts_every_pass_the_check_runs(capsys, monkeypatch):
 
 
 def test_a_check_past_twice_its_estimate_says_so_once_and_shows_both_times(capsys, monkeypatch):
-    from scratchformer.commands import gradcheck_clock as gradcheck
+    from scratchformer.app.commands import gradcheck_clock as gradcheck
 
     monkeypatch.setattr(gradcheck, "probe", lambda *a: gradcheck.Probe(0.0, 1e-9, 1e-9))
     monkeypatch.setattr(gradcheck, "load_average", lambda: 0.0)  # no note before it starts
@@ -441,7 +441,7 @@ def test_more_micro_batches_a_step_than_the_data_holds_are_refused(tmp_path, ref
 def stand_in_mpiexec(tmp_path, monkeypatch):
     """An ``mpiexec`` that only writes down how it was called, on the PATH and found as
     the launcher: no real one ever starts here."""
-    from scratchformer import distributed
+    from scratchformer.app import distributed
 
     bin_dir, log = tmp_path / "bin", tmp_path / "mpiexec.log"
     bin_dir.mkdir()
@@ -455,7 +455,7 @@ def stand_in_mpiexec(tmp_path, monkeypatch):
 
 
 def test_more_ranks_than_cores_are_refused_before_mpiexec_starts(stand_in_mpiexec, refused):
-    from scratchformer.train.limits import cores
+    from scratchformer.app.train.limits import cores
 
     line = refused(["train", *TINY_RUN, "--ranks", "100000"], "--ranks 100000 would start")
     assert f"which has {cores()} cores" in line

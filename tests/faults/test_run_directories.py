@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 from task_data import TASK_NAMES, TINY_RUN, run_config
 
-from scratchformer.checkpoint import list_checkpoints, load_checkpoint
-from scratchformer.cli import main as cli_main
-from scratchformer.train import ConfigError, TrainConfig, Trainer, train
-from scratchformer.train.rundir import LOCK_NAME, RunLock
+from scratchformer.app.checkpoint import list_checkpoints, load_checkpoint
+from scratchformer.app.cli import main as cli_main
+from scratchformer.app.train import ConfigError, TrainConfig, Trainer, train
+from scratchformer.app.train.rundir import LOCK_NAME, RunLock
 
 HOLD = (
     "import sys, time\n"
-    "from scratchformer.train.rundir import RunLock\n"
+    "from scratchformer.app.train.rundir import RunLock\n"
     "lock = RunLock(sys.argv[1]).acquire()\n"
     "print('held', flush=True)\n"
     "time.sleep(60)\n"

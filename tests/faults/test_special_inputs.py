@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scratchformer.cli import main
+from scratchformer.app.cli import main
 
 LINES = ["abc", "cab", "", "jihg"]
 
@@ -46,7 +46,7 @@ def test_a_fifo_is_read_once_as_it_comes(reverse_model, tmp_path, capsys):
     p = subprocess.run(
         _translate(reverse_model[0], "--input", str(fifo)), capture_output=True, text=True,
         timeout=120,
-    )  # fmt: skip
+    )
     writer.join(timeout=10)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == want and len(want) == len(LINES)
@@ -166,9 +166,10 @@ def test_tokens_that_write_nothing_never_make_a_blank_translation(monkeypatch):
     undertrained BPE model puts a lone word boundary): the searches alone give spaces,
     blank text; translate keeps <eos> out until a token writes text, and at
     the last step allows only such a token."""
-    from scratchformer.data import CharTokenizer
-    from scratchformer.decode import greedy_decode, translate
-    from scratchformer.models import Transformer, TransformerConfig
+    from scratchformer.app.data import CharTokenizer
+    from scratchformer.app.translate import translate
+    from scratchformer.engine.decode import greedy_decode
+    from scratchformer.engine.models import Transformer, TransformerConfig
 
     tok = CharTokenizer.fit(["ab c"])
     model = Transformer(TransformerConfig.preset("tiny", vocab_size=len(tok.vocab)))
@@ -260,7 +261,7 @@ def _run(argv, cwd, **env):
     return subprocess.run(
         [sys.executable, "-m", "scratchformer", *argv],
         cwd=cwd, capture_output=True, text=True, timeout=120, env={**os.environ, **env},
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize(
@@ -291,7 +292,7 @@ def test_a_run_name_from_a_config_the_output_cannot_write_is_refused_first(tmp_p
 def test_text_the_output_encoding_cannot_write_is_one_line(capsys):
     """Text read from a file, not the command line (a translation), that the output
     cannot write: one line with the code of an error, not an internal one."""
-    from scratchformer import cli
+    from scratchformer.app import cli
 
     rc = cli._report("translate", UnicodeEncodeError("ascii", "año", 1, 2, "ordinal"))
     assert rc == 2 and capsys.readouterr().err.splitlines() == [
@@ -339,7 +340,7 @@ sys.exit(main())
 
 
 @pytest.mark.parametrize(
-    "module", ["numpy", "scratchformer.commands.train", "scratchformer.commands.kernels"]
+    "module", ["numpy", "scratchformer.app.commands.train", "scratchformer.app.commands.kernels"]
 )
 def test_ctrl_c_while_the_program_loads_is_one_line(tmp_path, module):
     """NumPy and the commands load in a few tenths of a second, before a command's own
@@ -424,7 +425,7 @@ def test_ctrl_c_at_any_moment_is_one_line_and_130(tmp_path, delay):
     p = subprocess.Popen(
         argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         pass_fds=(write,),
-    )  # fmt: skip
+    )
     os.close(write)
     assert os.read(read, 1) == b"x"
     os.close(read)

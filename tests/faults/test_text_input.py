@@ -1,4 +1,4 @@
-"""Text input is read one way everywhere (``scratchformer.data.text.iter_text_lines``).
+"""Text input is read one way everywhere (``scratchformer.app.data.text.iter_text_lines``).
 
 Every text file a command reads from a user (``translate``'s input file or stdin,
 ``evaluate``'s split, the train/dev/test TSV of the translation task, which is also the
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from task_data import corpus, write_monolingual, write_translation
 
-from scratchformer.cli import main
-from scratchformer.data.bible_pairs import ParallelDataError, read_pairs
-from scratchformer.data.text import (
+from scratchformer.app.cli import main
+from scratchformer.app.data.bible_pairs import ParallelDataError, read_pairs
+from scratchformer.app.data.text import (
     BYTES_PER_POSITION,
     CorpusError,
     LineLimit,
@@ -30,8 +30,8 @@ from scratchformer.data.text import (
     load_labelled,
     load_lines,
 )
-from scratchformer.decode import translate
-from scratchformer.viz import PlotError, read_metrics
+from scratchformer.app.translate import translate
+from scratchformer.app.viz import PlotError, read_metrics
 
 BOM = b"\xef\xbb\xbf"
 NUL_HINT = "(a binary or UTF-16 file? text must be UTF-8)"
@@ -91,7 +91,7 @@ def _train(task):
 def _evaluate(c, path):
     return ["evaluate", "--checkpoint", c.ckpt, "--data-dir", path.parent, "--greedy"] + [
         "--output", c.tmp / "hyp.txt"
-    ]  # fmt: skip
+    ]
 
 
 def _json_line(text):
@@ -238,7 +238,7 @@ def _read_evaluate(c, data):
 
 
 def _read_bpe(c, data):
-    from scratchformer.data.pairs import translation_pairs  # noqa: PLC0415  (needs the bpe extra)
+    from scratchformer.app.data.pairs import translation_pairs  # noqa: PLC0415  (needs the bpe extra)
 
     d = write_translation(c.tmp / "bpe")
     (d / "train.tsv").write_bytes(data)
@@ -247,7 +247,7 @@ def _read_bpe(c, data):
 
 
 def _expect_bpe(c, lines):
-    from scratchformer.data.bpe import BPETokenizer  # noqa: PLC0415
+    from scratchformer.app.data.bpe import BPETokenizer  # noqa: PLC0415
 
     pairs = [line.split("\t") for line in lines]
     texts = [p[0].strip() for p in pairs] + [p[1].strip() for p in pairs]

@@ -1,6 +1,6 @@
 """Bad input fails at the boundary with an error that names the problem.
 
-Every input error is a ``scratchformer.errors.ScratchformerError`` subclass (itself a
+Every input error is a ``scratchformer.engine.errors.ScratchformerError`` subclass (itself a
 ValueError); invalid configurations raise ValueError. Each test asserts on a phrase of
 the message, so a NumPy broadcasting traceback from deep inside would not pass.
 
@@ -12,16 +12,16 @@ import re
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer.errors import (
+from scratchformer.engine import backend as B
+from scratchformer.engine.errors import (
     ScratchformerError,
     SequenceTooLongError,
     ShapeError,
     StateDictError,
     TokenError,
 )
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.nn import Dropout, PositionwiseFeedForward
+from scratchformer.engine.models import Transformer, TransformerConfig
+from scratchformer.engine.nn import Dropout, PositionwiseFeedForward
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -269,8 +269,8 @@ def test_config_values_of_the_wrong_type_are_named(overrides, message):
     ],
 )
 def test_a_model_of_something_that_is_not_a_config_is_refused_in_one_line(config, message):
-    from scratchformer.models.classifier import EncoderClassifier  # noqa: PLC0415
-    from scratchformer.models.lm import LanguageModel  # noqa: PLC0415
+    from scratchformer.engine.models.classifier import EncoderClassifier  # noqa: PLC0415
+    from scratchformer.engine.models.lm import LanguageModel  # noqa: PLC0415
 
     with pytest.raises(ScratchformerError, match=re.escape(message)) as e:
         Transformer(config)
@@ -282,7 +282,7 @@ def test_a_model_of_something_that_is_not_a_config_is_refused_in_one_line(config
 
 
 def test_a_generator_that_is_not_one_is_refused_in_one_line(model):
-    from scratchformer import device  # noqa: PLC0415
+    from scratchformer.engine import device  # noqa: PLC0415
 
     with pytest.raises(ScratchformerError, match=r"rng must be a generator, .*got str 'x'"):
         model.forward(arr(SRC), arr([[1, 4, 5], [1, 6, 7]]), rng="x")

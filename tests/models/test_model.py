@@ -9,10 +9,10 @@ Dimension key: B batch, S source length, T target length, D d_model, V vocabular
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer import device
-from scratchformer.models import PRESETS, Transformer, TransformerConfig
-from scratchformer.ops.loss import cross_entropy
+from scratchformer.engine import backend as B
+from scratchformer.engine import device
+from scratchformer.engine.models import PRESETS, Transformer, TransformerConfig
+from scratchformer.engine.ops.loss import cross_entropy
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -93,7 +93,7 @@ def test_preset_overrides_and_round_trip():
     assert TransformerConfig.from_dict(cfg.to_dict()) == cfg
 
 
-# -- parameter names (the docstring of scratchformer/models/transformer.py) ----------------------
+# -- parameter names (the docstring of scratchformer/engine/models/transformer.py) ---------
 def expected_names(N, share, norm, positions):
     names = {"embed.E"}
     if share in ("decoder", "none"):

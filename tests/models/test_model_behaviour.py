@@ -9,9 +9,9 @@ Dimension key: B batch, S source length, T target length, D d_model, V vocabular
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer import device
-from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.engine import backend as B
+from scratchformer.engine import device
+from scratchformer.engine.models import Transformer, TransformerConfig
 
 pytestmark = pytest.mark.usefixtures("backend", "f64")
 

@@ -12,9 +12,9 @@ Dimension key: B batch, S source length, T target length, V vocabulary.
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer.gradcheck import check_model
-from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.engine import backend as B
+from scratchformer.engine.gradcheck import check_model
+from scratchformer.engine.models import Transformer, TransformerConfig
 
 pytestmark = pytest.mark.usefixtures("backend")
 

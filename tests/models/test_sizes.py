@@ -9,9 +9,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from scratchformer import device
-from scratchformer.models import PRESETS, TransformerConfig, sizes
-from scratchformer.models.sizes import (
+from scratchformer.engine import device
+from scratchformer.engine.models import PRESETS, TransformerConfig, sizes
+from scratchformer.engine.models.sizes import (
     activation_bytes,
     build_model,
     describe,
@@ -20,8 +20,8 @@ from scratchformer.models.sizes import (
     parameter_shapes,
     parameter_totals,
 )
-from scratchformer.nn import ATTENTION_VARIANTS
-from scratchformer.nn.module import Declared, shapes_only
+from scratchformer.engine.nn import ATTENTION_VARIANTS
+from scratchformer.engine.nn.module import Declared, shapes_only
 
 SPECS = {
     "Transformer": {"class": "Transformer"},

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from arrays import randn
 
-from scratchformer import backend as B
-from scratchformer import device
-from scratchformer.gradcheck import check_module
-from scratchformer.nn import (
+from scratchformer.engine import backend as B
+from scratchformer.engine import device
+from scratchformer.engine.gradcheck import check_module
+from scratchformer.engine.nn import (
     Dropout,
     Embedding,
     LayerNorm,
@@ -22,7 +22,7 @@ from scratchformer.nn import (
     MultiHeadAttention,
     PositionalEncoding,
 )
-from scratchformer.ops import attention_forward, sinusoidal_table
+from scratchformer.engine.ops import attention_forward, sinusoidal_table
 
 pytestmark = pytest.mark.usefixtures("backend")
 

@@ -1,5 +1,5 @@
 """Float64 finite-difference checks of every module: its input gradients and every
-parameter, through ``scratchformer.gradcheck.check_module``.
+parameter, through ``scratchformer.engine.gradcheck.check_module``.
 
 Non-degenerate shapes everywhere: B = 2, H = 3, T = 4 queries, S = 7 keys, d_model 12,
 d_k = 5 and d_v = 3 given explicitly (not d_model / h = 4), unit-scale random inputs
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from arrays import randn
 
-from scratchformer import backend as B
-from scratchformer.gradcheck import check_module
-from scratchformer.models import TransformerConfig
-from scratchformer.models.transformer import padding_mask
-from scratchformer.nn import (
+from scratchformer.engine import backend as B
+from scratchformer.engine.gradcheck import check_module
+from scratchformer.engine.models import TransformerConfig
+from scratchformer.engine.models.transformer import padding_mask
+from scratchformer.engine.nn import (
     AddNorm,
     Decoder,
     DecoderLayer,
@@ -33,7 +33,7 @@ from scratchformer.nn import (
     PositionalEncoding,
     PositionwiseFeedForward,
 )
-from scratchformer.ops.attention import causal_mask
+from scratchformer.engine.ops.attention import causal_mask
 
 pytestmark = pytest.mark.usefixtures("backend")
 

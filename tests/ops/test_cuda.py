@@ -12,9 +12,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer.device.counter import CounterGenerator
-from scratchformer.ops.dropout import dropout_forward
+from scratchformer.engine import backend as B
+from scratchformer.engine.device.counter import CounterGenerator
+from scratchformer.engine.ops.dropout import dropout_forward
 
 
 def cupy_kernels():
@@ -22,7 +22,7 @@ def cupy_kernels():
     try:
         from cupy.cuda import nvrtc
 
-        from scratchformer.device import cupy_kernels as module
+        from scratchformer.engine.device import cupy_kernels as module
 
         nvrtc.getVersion()
     except Exception as e:  # ImportError, or NVRTC's library missing
@@ -75,7 +75,7 @@ def test_ptxas_reports_registers_and_spills(tmp_path):
     out = subprocess.run(
         ["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "k"), str(src)],
         capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr
     report = [ln for ln in out.stderr.splitlines() if "registers" in ln or "spill" in ln]
     assert report
@@ -124,12 +124,12 @@ def test_an_installed_wheel_carries_the_kernel_sources(tmp_path):
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(root)],
         capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    )
     assert build.returncode == 0, build.stderr[-2000:]
     target = tmp_path / "site"
     wheel = next(wheels.glob("scratchformer-*.whl"))
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
-                    str(target), str(wheel)], check=True, timeout=300)  # fmt: skip
+                    str(target), str(wheel)], check=True, timeout=300)
     code = (
         "from importlib import resources; import scratchformer, sys; "
         "f = [resources.files('scratchformer.' + d) for d in ('ops', 'device')]; "
@@ -138,7 +138,7 @@ def test_an_installed_wheel_carries_the_kernel_sources(tmp_path):
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, check=True)  # fmt: skip
+                         capture_output=True, text=True, check=True)
     where, names = out.stdout.splitlines()
     assert where.startswith(str(target))
     assert names == "['counter.cuh', 'dropout.cu']"

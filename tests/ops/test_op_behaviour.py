@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from arrays import randn
 
-from scratchformer import backend as B
-from scratchformer import device
-from scratchformer.ops import (
+from scratchformer.engine import backend as B
+from scratchformer.engine import device
+from scratchformer.engine.ops import (
     attention_backward,
     attention_forward,
     causal_mask,

@@ -1,7 +1,7 @@
 """Float64 finite-difference checks of every op's hand-written backward.
 
 Each op is checked through ``L = sum(out * dout)`` with a random ``dout`` by
-``scratchformer.gradcheck.check_op``: relative error below 1e-6 on every checked input,
+``scratchformer.engine.gradcheck.check_op``: relative error below 1e-6 on every checked input,
 and every expected input name present in the report (a row that is silently missing
 would let a wrong gradient through). Shapes are non-degenerate: B > 1, H > 1, T != Dh,
 S != T, unit-scale random inputs. An op with implementations registered in the kernel
@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from arrays import randn
 
-from scratchformer import backend as B
-from scratchformer import dispatch
-from scratchformer.gradcheck import check_op
-from scratchformer.ops import (
+from scratchformer.engine import backend as B
+from scratchformer.engine import dispatch
+from scratchformer.engine.gradcheck import check_op
+from scratchformer.engine.ops import (
     causal_mask,
     cross_entropy_backward,
     cross_entropy_forward,
@@ -36,7 +36,10 @@ from scratchformer.ops import (
     positional_forward,
     sinusoidal_table,
 )
-from scratchformer.ops.attention import dot_product_logits_backward, dot_product_logits_forward
+from scratchformer.engine.ops.attention import (
+    dot_product_logits_backward,
+    dot_product_logits_forward,
+)
 
 pytestmark = pytest.mark.usefixtures("backend")
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from arrays import randn
 
-from scratchformer import backend as B
-from scratchformer import device
-from scratchformer.gradcheck import check_op, numeric_gradient, rel_error
-from scratchformer.ops import (
+from scratchformer.engine import backend as B
+from scratchformer.engine import device
+from scratchformer.engine.gradcheck import check_op, numeric_gradient, rel_error
+from scratchformer.engine.ops import (
     attention_backward,
     attention_forward,
     cross_entropy_backward,

@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.nn.flat import FlatParameters
-from scratchformer.optim import Adam, OptimizerStateError
+from scratchformer.engine import backend as B
+from scratchformer.engine.models import Transformer, TransformerConfig
+from scratchformer.engine.nn.flat import FlatParameters
+from scratchformer.engine.optim import Adam, OptimizerStateError
 
 B1, B2, EPS = 0.9, 0.98, 1e-9
 
@@ -131,7 +131,7 @@ def test_the_step_is_the_same_in_blocks_of_any_size(backend, monkeypatch):
     """The update goes block by block (``device.pass_block``: cache-sized on the CPU, the
     whole buffer on a GPU): blocks of 2 entries, an uneven split of the 4, give the same
     bits as one piece."""
-    from scratchformer import device
+    from scratchformer.engine import device
 
     results = []
     for block in (None, 2):
@@ -154,7 +154,7 @@ def _state(r, n, dtype):
 
 
 def _cases():
-    from scratchformer import device
+    from scratchformer.engine import device
 
     xp = B.xp
     n_long = 3 * device.pass_block(1 << 20) + 7  # more than one block where blocks apply
@@ -174,8 +174,8 @@ def test_the_blocked_update_equals_the_reference(dtype):
     """``blocked_update`` (the bias corrections folded into two scalars, the passes in
     blocks) writes what ``adam_update`` (the formulas as written) writes, within the
     parity harness's limit, and a skipped step leaves every array bitwise as it was."""
-    from scratchformer.optim.adam import adam_update, blocked_update
-    from scratchformer.parity import TOLERANCE, relative_error
+    from scratchformer.engine.optim.adam import adam_update, blocked_update
+    from scratchformer.engine.parity import TOLERANCE, relative_error
 
     r = np.random.default_rng(0)
     for label, n, args in _cases():
@@ -195,8 +195,8 @@ def test_the_blocked_update_equals_the_reference(dtype):
 def test_another_update_put_in_place_and_the_forced_reference():
     """``use_update`` runs another update in every step for its duration (the exercises
     plug a learner's this way); forcing the references runs ``adam_update``."""
-    from scratchformer import dispatch
-    from scratchformer.optim import adam as adam_module
+    from scratchformer.engine import dispatch
+    from scratchformer.engine.optim import adam as adam_module
 
     calls = []
 

@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 
-from scratchformer import backend as B
-from scratchformer.nn.flat import FlatParameters
-from scratchformer.optim import clip_grad_norm, global_grad_norm
+from scratchformer.engine import backend as B
+from scratchformer.engine.nn.flat import FlatParameters
+from scratchformer.engine.optim import clip_grad_norm, global_grad_norm
 
 
 def _grads(seed=0):

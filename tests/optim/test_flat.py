@@ -9,9 +9,9 @@ import pickle
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.optim import Adam, clip_grad_norm
+from scratchformer.engine import backend as B
+from scratchformer.engine.models import Transformer, TransformerConfig
+from scratchformer.engine.optim import Adam, clip_grad_norm
 
 
 def _model():
@@ -113,6 +113,6 @@ def test_the_first_non_finite_parameter_is_named(backend):
 
 def test_one_dtype_only():
     with pytest.raises(ValueError, match="one dtype"):
-        from scratchformer.nn.flat import FlatParameters
+        from scratchformer.engine.nn.flat import FlatParameters
 
         FlatParameters({"a": np.zeros(2, np.float32), "b": np.zeros(2, np.float64)})

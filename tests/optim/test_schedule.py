@@ -3,7 +3,7 @@ the alternative."""
 
 import pytest
 
-from scratchformer.optim import ConstantSchedule, NoamSchedule, make_schedule
+from scratchformer.engine.optim import ConstantSchedule, NoamSchedule, make_schedule
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ import traceback
 import numpy as np
 
 import scratchformer
-from scratchformer import backend
+from scratchformer.engine import backend
 
 READS: list[str] = []
 
@@ -139,11 +139,11 @@ def _asnumpy(x):
 def recording(monkeypatch):
     """NumPy as a counted device for the duration: arrays made through ``xp`` are
     DeviceArrays, ``backend.asnumpy`` counts transfers, and the device primitives are the
-    GPU's (scratchformer/device/cupy_device.py, which imports no CuPy: segment sums with
+    GPU's (scratchformer/engine/device/cupy_device.py, which imports no CuPy: segment sums with
     no size read from the data, the counter-based generator), not the host's forms that
     NumPy runs. ``READS`` is emptied first."""
-    from scratchformer import device
-    from scratchformer.device import cupy_device
+    from scratchformer.engine import device
+    from scratchformer.engine.device import cupy_device
 
     READS.clear()
     monkeypatch.setitem(backend._state, "module", _Module(np))

@@ -15,13 +15,16 @@ import numpy as np
 import pytest
 from arrays import randn
 
-from scratchformer import backend as B
-from scratchformer import device
-from scratchformer.gradcheck import check_model, check_op, rel_error
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.nn.attention import BlockwiseCache, MultiHeadAttention
-from scratchformer.nn.relative_attention import RelativeMultiHeadAttention, SkewMultiHeadAttention
-from scratchformer.ops import causal_mask
+from scratchformer.engine import backend as B
+from scratchformer.engine import device
+from scratchformer.engine.gradcheck import check_model, check_op, rel_error
+from scratchformer.engine.models import Transformer, TransformerConfig
+from scratchformer.engine.nn.attention import BlockwiseCache, MultiHeadAttention
+from scratchformer.engine.nn.relative_attention import (
+    RelativeMultiHeadAttention,
+    SkewMultiHeadAttention,
+)
+from scratchformer.engine.ops import causal_mask
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -88,7 +91,7 @@ def test_blockwise_equals_dense_values_and_gradients(f64, name, block):
     [(RelativeMultiHeadAttention, {"max_relative_position": 3}),
      (SkewMultiHeadAttention, {"max_relative_position": 3, "causal": True})],
     ids=["shaw", "skew"],
-)  # fmt: skip
+)
 def test_blockwise_serves_the_relative_variants(f64, cls, kw):
     """Shaw's and the skew's logits take their queries' positions (``offset``), so blocks
     of queries give their dense values and gradients, the relative tables' too."""

@@ -12,14 +12,14 @@ import pickle
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer import device
-from scratchformer.gradcheck import check_model, rel_error
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.nn import MultiHeadAttention
-from scratchformer.ops import cross_entropy_backward, cross_entropy_forward
-from scratchformer.ops.loss import cross_entropy
-from scratchformer.optim import Adam
+from scratchformer.engine import backend as B
+from scratchformer.engine import device
+from scratchformer.engine.gradcheck import check_model, rel_error
+from scratchformer.engine.models import Transformer, TransformerConfig
+from scratchformer.engine.nn import MultiHeadAttention
+from scratchformer.engine.ops import cross_entropy_backward, cross_entropy_forward
+from scratchformer.engine.ops.loss import cross_entropy
+from scratchformer.engine.optim import Adam
 
 pytestmark = pytest.mark.usefixtures("backend")
 

@@ -14,11 +14,11 @@ import pytest
 from host_reads import recording
 from task_data import TASK_NAMES, run_config
 
-from scratchformer import backend as B
-from scratchformer.decode import beam_search, greedy_decode
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.train import TrainConfig, Trainer
-from scratchformer.train import stepper as train_stepper
+from scratchformer.app.train import TrainConfig, Trainer
+from scratchformer.engine import backend as B
+from scratchformer.engine import step as train_stepper
+from scratchformer.engine.decode import beam_search, greedy_decode
+from scratchformer.engine.models import Transformer, TransformerConfig
 
 STEPS = 3
 
@@ -68,7 +68,7 @@ def test_a_training_step_reads_nothing_back(task, N, tmp_path, monkeypatch):
         finally:
             tr.lock.release()
     within_budget(during)
-    assert at_record == ["transfer to NumPy at train/step.py:" + at_record[0].split(":")[1]]
+    assert at_record == ["transfer to NumPy at app/train/records.py:" + at_record[0].split(":")[1]]
 
 
 @pytest.mark.parametrize("task", TASK_NAMES)

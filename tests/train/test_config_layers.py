@@ -5,11 +5,11 @@ import argparse
 
 import pytest
 
-from scratchformer.commands.train import add_parser, resolve_config
-from scratchformer.train import TASKS, ConfigError, TrainConfig, shipped_names
-from scratchformer.train.config import build, read_config
-from scratchformer.train.final import averaging_window
-from scratchformer.train.resume import resume_changes
+from scratchformer.app.commands.train import add_parser, resolve_config
+from scratchformer.app.train import TASKS, ConfigError, TrainConfig, shipped_names
+from scratchformer.app.train.config import build, read_config
+from scratchformer.app.train.final import averaging_window
+from scratchformer.app.train.resume import resume_changes
 
 
 def parse(*argv):

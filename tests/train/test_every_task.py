@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from task_data import TASK_NAMES, run_config, write_toml
 
-from scratchformer import backend as B
-from scratchformer.checkpoint import list_checkpoints, load_checkpoint
-from scratchformer.cli import main
-from scratchformer.train import TrainConfig, Trainer, accumulate_gradients, train
+from scratchformer.app.checkpoint import list_checkpoints, load_checkpoint
+from scratchformer.app.cli import main
+from scratchformer.app.train import TrainConfig, Trainer, accumulate_gradients, train
+from scratchformer.engine import backend as B
 
 
 def quiet(*a, **k):

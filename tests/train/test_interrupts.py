@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM end a run of one process cleanly (scratchformer/train/interrupts.py).
+"""Ctrl-C and SIGTERM end a run of one process cleanly (scratchformer/app/train/interrupts.py).
 
 - The first signal while the steps run: the step in flight finishes with what its end
   writes anyway, is checkpointed, and the command exits 130 (143 for SIGTERM), its lock
@@ -23,10 +23,10 @@ from fault_hooks import hook_saves
 from mpi_jobs import assert_same_state, records, state
 from task_data import run_config, write_toml
 
-from scratchformer.checkpoint import list_checkpoints
-from scratchformer.cli import main as cli_main
-from scratchformer.train import loop
-from scratchformer.train.rundir import RunLock
+from scratchformer.app.checkpoint import list_checkpoints
+from scratchformer.app.cli import main as cli_main
+from scratchformer.app.train import loop
+from scratchformer.app.train.rundir import RunLock
 
 PREFIX = "scratchformer train: "
 
@@ -203,7 +203,7 @@ def test_ctrl_c_while_the_test_set_is_judged_keeps_the_training(tmp_path, capfd,
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_outside_a_run_a_signal_ends_a_command_in_one_line(signum, capfd, monkeypatch):
     """gradcheck, say: stopped where it is, exit 128 + the signal's number."""
-    from scratchformer.commands import gradcheck
+    from scratchformer.app.commands import gradcheck
 
     def check(args):
         os.kill(os.getpid(), signum)

@@ -6,11 +6,11 @@ import json
 import pytest
 from task_data import TINY, run_config
 
-from scratchformer.checkpoint import load_with_tokenizer
-from scratchformer.cli import main
-from scratchformer.data import CorpusError, load_labelled, words
-from scratchformer.models import EncoderClassifier, LanguageModel
-from scratchformer.train import ConfigError, TrainConfig, Trainer, train
+from scratchformer.app.checkpoint import load_with_tokenizer
+from scratchformer.app.cli import main
+from scratchformer.app.data import CorpusError, load_labelled, words
+from scratchformer.app.train import ConfigError, TrainConfig, Trainer, train
+from scratchformer.engine.models import EncoderClassifier, LanguageModel
 
 
 def quiet(*a, **k):

@@ -12,12 +12,10 @@ import numpy as np
 import pytest
 from task_data import run_config
 
-from scratchformer import backend as B
-from scratchformer.checkpoint import average_checkpoints, list_checkpoints, load_checkpoint
-from scratchformer.cli import main as cli_main
-from scratchformer.data import collate
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.train import (
+from scratchformer.app.checkpoint import average_checkpoints, list_checkpoints, load_checkpoint
+from scratchformer.app.cli import main as cli_main
+from scratchformer.app.data import collate
+from scratchformer.app.train import (
     ConfigError,
     TrainConfig,
     Trainer,
@@ -25,8 +23,10 @@ from scratchformer.train import (
     accumulate_gradients,
     train,
 )
-from scratchformer.train import loop as train_loop
-from scratchformer.train.tasks.seq2seq import pair_batch
+from scratchformer.app.train import loop as train_loop
+from scratchformer.app.train.tasks.seq2seq import pair_batch
+from scratchformer.engine import backend as B
+from scratchformer.engine.models import Transformer, TransformerConfig
 
 
 def small_config(tmp_path, **train_overrides) -> TrainConfig:
@@ -201,7 +201,7 @@ def test_inf_gradient_stops_training(tmp_path, monkeypatch):
     and the stop names the step it was not finite at."""
     tr = Trainer(small_config(tmp_path), progress=False, echo=quiet)
     monkeypatch.setattr(
-        "scratchformer.train.stepper.clip_grad_norm", lambda g, m: B.asarray(float("inf"))
+        "scratchformer.engine.step.clip_grad_norm", lambda g, m: B.asarray(float("inf"))
     )
     with pytest.raises(TrainingDiverged, match="step 1, the gradient norm is inf.*no checkpoint"):
         tr.run(final_eval=False)
@@ -236,7 +236,7 @@ def test_a_progress_line_shows_the_runs_clock_and_the_time_left():
     1 step/s, unless a time limit ends the run first."""
     from types import SimpleNamespace
 
-    from scratchformer.train.report import progress_line
+    from scratchformer.app.train.report import progress_line
 
     no_limit, limit = SimpleNamespace(time_limit=0), SimpleNamespace(time_limit=50)
     assert progress_line(30, 10, 100, 20.0, 600.0, no_limit) == (
@@ -341,7 +341,7 @@ def test_the_final_model_is_the_one_with_the_lower_validation_nll(tmp_path, monk
     """Whichever of the last checkpoint and the average scores the lower validation
     cross-entropy is written to final.npz (the scores planted: the choice alone is
     tested here)."""
-    from scratchformer.train import final as final_mod  # noqa: PLC0415
+    from scratchformer.app.train import final as final_mod  # noqa: PLC0415
 
     real = final_mod.choose_final
 
@@ -380,7 +380,7 @@ def test_keep_checkpoints(tmp_path):
 
 def test_evaluation_seq_acc_matches_greedy_decoding(tmp_path):
     """Teacher-forced exact match equals greedy decoding's (the claim in evaluation.py)."""
-    from scratchformer.decode import greedy_decode  # noqa: PLC0415
+    from scratchformer.engine.decode import greedy_decode  # noqa: PLC0415
 
     tr = Trainer(
         small_config(tmp_path, steps=30, eval_every=0, checkpoint_every=0),

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 from test_loop import quiet, small_config
 
-from scratchformer import backend as B
-from scratchformer import device, dispatch
-from scratchformer.checkpoint import load_checkpoint
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.optim.scaler import LossScaler
-from scratchformer.train import ConfigError, TrainConfig, TrainingDiverged, train
-from scratchformer.train.config import LoopConfig, OptimConfig
-from scratchformer.train.report import train_line
-from scratchformer.train.step import Window, overflow_problem
-from scratchformer.train.stepper import Stepper
+from scratchformer.app.checkpoint import load_checkpoint
+from scratchformer.app.train import ConfigError, TrainConfig, TrainingDiverged, train
+from scratchformer.app.train.config import LoopConfig, OptimConfig
+from scratchformer.app.train.records import Window, overflow_problem
+from scratchformer.app.train.report import train_line
+from scratchformer.engine import backend as B
+from scratchformer.engine import device, dispatch
+from scratchformer.engine.models import Transformer, TransformerConfig
+from scratchformer.engine.optim.scaler import LossScaler
+from scratchformer.engine.step import Stepper
 
 MIXED = {"precision": "float16"}
 
@@ -29,13 +29,13 @@ def _stepper(window=2, scale=2.0**15, **model):
     cfg = TransformerConfig.preset("tiny", vocab_size=13, **{"P_drop": 0.0, **model})
     d = TrainConfig.default().to_dict()
     loop = LoopConfig(**{**d["train"], "precision": "float16", "loss_scale": scale,
-                         "loss_scale_window": window})  # fmt: skip
+                         "loss_scale_window": window})
     return Stepper(Transformer(cfg), OptimConfig(**d["optim"]), loop, cfg.d_model)
 
 
 def _batch(seed=0):
-    from scratchformer.data import collate
-    from scratchformer.train.tasks.base import TaskBatch
+    from scratchformer.app.data import collate
+    from scratchformer.app.train.tasks.base import TaskBatch
 
     r = np.random.default_rng(seed)
     pairs = [(list(r.integers(3, 13, 5)), list(r.integers(3, 13, 4))) for _ in range(6)]
@@ -97,7 +97,7 @@ def test_the_scaler_grows_and_halves_by_its_rules_on_the_device():
     xp = B.xp
     sc = LossScaler(8.0, window=3)
     for ok, want in [(True, 8), (True, 8), (True, 16), (False, 8), (True, 8), (True, 8),
-                     (True, 16)]:  # fmt: skip
+                     (True, 16)]:
         sc.update(xp.asarray(ok))
         assert float(sc.scale) == want
     assert sc.state_dict() == {"scale": 16.0, "good": 0, "skipped": 1, "window": 3}
@@ -152,11 +152,11 @@ def test_a_float16_run_on_numpy_says_once_that_it_is_emulated_and_slower(tmp_pat
     """On NumPy float16 is emulated: the header says so once, with what a step costs
     against float32 (a measured figure); a float32 run says nothing of it, and on CuPy
     (real float16 products) the note is left out."""
-    from scratchformer.train.report import FLOAT16_ON_NUMPY, precision_note
+    from scratchformer.app.train.report import FLOAT16_ON_NUMPY, precision_note
 
     lines = []
     train(small_config(tmp_path / "a", steps=2, **MIXED), progress=False, echo=lines.append,
-          final_eval=False)  # fmt: skip
+          final_eval=False)
     said = [line for line in lines if "float16 on NumPy is emulated" in line]
     assert len(said) == 1 and f"about {FLOAT16_ON_NUMPY:g}x float32's" in said[0]
     assert lines.index(said[0]) == 1 + next(
@@ -164,7 +164,7 @@ def test_a_float16_run_on_numpy_says_once_that_it_is_emulated_and_slower(tmp_pat
     )
     lines.clear()
     train(small_config(tmp_path / "b", steps=2), progress=False, echo=lines.append,
-          final_eval=False)  # fmt: skip
+          final_eval=False)
     assert not [line for line in lines if line.startswith(("precision:", "  float16 on NumPy"))]
     loop = TrainConfig.from_dict({"train": MIXED}).train
     assert len(precision_note(loop, "numpy")) == 2 and len(precision_note(loop, "cupy")) == 1
@@ -200,7 +200,7 @@ def test_a_window_skipping_more_than_its_share_after_the_first_steps_is_a_diverg
     w = Window()
     for s in range(91, 111):  # 10 steps within the grace, 10 after: 6 of those skipped
         w.add({"step": s, "loss": 1.0, "nll": 1.0, "grad_norm": 1.0, "tokens": 1,
-               "skipped": s > 104, "loss_scale": 8.0})  # fmt: skip
+               "skipped": s > 104, "loss_scale": 8.0})
     w.flush()
     assert w.late == [4, 6] and w.skipped == 6
     why = overflow_problem(w, 8.0, loop, at_record=True)
@@ -210,7 +210,7 @@ def test_a_window_skipping_more_than_its_share_after_the_first_steps_is_a_diverg
     early = Window()
     for s in range(1, 21):
         early.add({"step": s, "loss": 1.0, "nll": 1.0, "grad_norm": 1.0, "tokens": 1,
-                   "skipped": True, "loss_scale": 8.0})  # fmt: skip
+                   "skipped": True, "loss_scale": 8.0})
     early.flush()
     assert overflow_problem(early, 8.0, loop, at_record=True) == ""
     rec = early.record(20, 0, {"lr": 1.0, "grad_norm": 1.0, "loss_scale": 8.0}, 20)

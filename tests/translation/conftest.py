@@ -11,7 +11,7 @@ def pairs():
 
 @pytest.fixture(scope="session")
 def bpe(pairs):
-    bpe_mod = pytest.importorskip("scratchformer.data.bpe", exc_type=ImportError)
+    bpe_mod = pytest.importorskip("scratchformer.app.data.bpe", exc_type=ImportError)
     pytest.importorskip("sentencepiece")
     return bpe_mod.BPETokenizer.train([s for s, _ in pairs] + [t for _, t in pairs], 350)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from scratchformer.data import bible as bib
-from scratchformer.data.bible import BibleDataError, Verse, chapter_split, clean_osis
-from scratchformer.data.bible_pairs import (
+from scratchformer.app.data import bible as bib
+from scratchformer.app.data.bible import BibleDataError, Verse, chapter_split, clean_osis
+from scratchformer.app.data.bible_pairs import (
     SHOWN_PROBLEMS,
     ParallelDataError,
     align_texts,
@@ -177,7 +177,7 @@ def test_every_problem_of_a_pairs_file_is_named_at_once(tmp_path):
 
 
 def test_data_pairs_skips_and_counts_blank_lines(tmp_path, capsys):
-    from scratchformer.cli import main  # noqa: PLC0415
+    from scratchformer.app.cli import main  # noqa: PLC0415
 
     mine = tmp_path / "mine.tsv"
     pairs = [f"fuente {i}\ttarget {i}" for i in range(60)]
@@ -190,7 +190,7 @@ def test_data_pairs_skips_and_counts_blank_lines(tmp_path, capsys):
 
 
 def test_data_pairs_of_a_missing_file_says_it_is_yours_that_is_missing(tmp_path, capsys):
-    from scratchformer.cli import main  # noqa: PLC0415
+    from scratchformer.app.cli import main  # noqa: PLC0415
 
     assert main(["data", "pairs", str(tmp_path / "nonexist.tsv")]) == 2
     err = capsys.readouterr().err
@@ -201,7 +201,7 @@ def test_data_pairs_of_a_missing_file_says_it_is_yours_that_is_missing(tmp_path,
 def test_missing_modules_give_the_commands_to_run(tmp_path, monkeypatch):
     if importlib.util.find_spec("pysword") is None:
         pytest.skip("pysword is not installed")
-    monkeypatch.setattr("scratchformer.data.bible_pairs.USER_SWORD", tmp_path / "none")
+    monkeypatch.setattr("scratchformer.app.data.bible_pairs.USER_SWORD", tmp_path / "none")
     with pytest.raises(BibleDataError, match=r"apt-get install -y sword-text-sparv"):
         ensure_modules(["spaRV1909eb"], tmp_path, install=False)
 
@@ -218,7 +218,7 @@ def _packages_present() -> bool:
 def test_real_preparation_of_the_bible_pairs(tmp_path, capsys):
     """The whole RV1909 -> WEB: ~30k aligned pairs, the chapters known to shift dropped,
     every line a clean source<TAB>target<TAB>ref; and KJV -> WEB."""
-    from scratchformer.cli import main  # noqa: PLC0415
+    from scratchformer.app.cli import main  # noqa: PLC0415
 
     assert main(["data", "bible", "--data-dir", str(tmp_path), "-v", "--no-install"]) == 0
     out = capsys.readouterr().out
@@ -238,11 +238,12 @@ def test_real_preparation_of_the_bible_pairs(tmp_path, capsys):
 def _fake_system(monkeypatch, tmp_path, root: bool):
     """apt-get/dpkg-deb stand-ins that 'install' a module's .conf file, and a log."""
     calls = []
-    monkeypatch.setattr("scratchformer.data.bible_pairs.shutil.which", lambda name: name)
-    monkeypatch.setattr("scratchformer.data.bible_pairs.os.geteuid", lambda: 0 if root else 1000)
-    monkeypatch.setattr("scratchformer.data.bible_pairs.USER_SWORD", tmp_path / "user")
+    monkeypatch.setattr("scratchformer.app.data.bible_pairs.shutil.which", lambda name: name)
+    monkeypatch.setattr("scratchformer.app.data.bible_pairs.os.geteuid",
+                        lambda: 0 if root else 1000)
+    monkeypatch.setattr("scratchformer.app.data.bible_pairs.USER_SWORD", tmp_path / "user")
     monkeypatch.setenv("SWORD_PATH", str(tmp_path / "sys"))
-    monkeypatch.setattr("scratchformer.data.bible_pairs._import_pysword", lambda: None)
+    monkeypatch.setattr("scratchformer.app.data.bible_pairs._import_pysword", lambda: None)
 
     class Done:
         returncode = 0
@@ -304,9 +305,9 @@ def test_data_pairs_writes_a_manifest_last_that_every_reader_checks(tmp_path, ca
     """The splits' names, sizes and SHA-256, and the command that rebuilds them; a set
     whose files do not match it (an interrupted overwrite, an edit) is refused in one line
     naming that command, by train (and every reader) before anything is read."""
-    from scratchformer.cli import main  # noqa: PLC0415
-    from scratchformer.data.pairs import translation_pairs  # noqa: PLC0415
-    from scratchformer.data.text import CorpusError  # noqa: PLC0415
+    from scratchformer.app.cli import main  # noqa: PLC0415
+    from scratchformer.app.data.pairs import translation_pairs  # noqa: PLC0415
+    from scratchformer.app.data.text import CorpusError  # noqa: PLC0415
 
     mine, out = tmp_path / "mine.tsv", tmp_path / "d"
     mine.write_text("".join(f"fuente {i}\ttarget {i}\n" for i in range(60)))
@@ -338,7 +339,7 @@ def test_data_pairs_writes_a_manifest_last_that_every_reader_checks(tmp_path, ca
 
 
 def test_data_goes_into_no_folder_of_a_run_or_of_another_kind_of_data_set(tmp_path, capsys):
-    from scratchformer.cli import main  # noqa: PLC0415
+    from scratchformer.app.cli import main  # noqa: PLC0415
 
     mine = tmp_path / "mine.tsv"
     mine.write_text("".join(f"fuente {i}\ttarget {i}\n" for i in range(60)))

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from scratchformer.data.tokenizers import tokenizer_from_dict
-from scratchformer.data.vocab import SPECIALS
+from scratchformer.app.data.tokenizers import tokenizer_from_dict
+from scratchformer.app.data.vocab import SPECIALS
 
 pytest.importorskip("sentencepiece")
 
@@ -43,14 +43,14 @@ def test_to_dict_survives_json_and_rebuilds_the_same_tokenizer(bpe, pairs):
 
 
 def test_training_is_deterministic(bpe, pairs):
-    from scratchformer.data.bpe import BPETokenizer  # noqa: PLC0415
+    from scratchformer.app.data.bpe import BPETokenizer  # noqa: PLC0415
 
     again = BPETokenizer.train([s for s, _ in pairs] + [t for _, t in pairs], 350)
     assert again.proto == bpe.proto
 
 
 def test_corrupt_stored_model_is_a_clear_error(bpe):
-    from scratchformer.data.bpe import BPEError  # noqa: PLC0415
+    from scratchformer.app.data.bpe import BPEError  # noqa: PLC0415
 
     with pytest.raises(BPEError, match="malformed"):
         tokenizer_from_dict({"type": "spm-bpe", "model": "not base64!"})

@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from scratchformer.checkpoint import save_checkpoint
-from scratchformer.cli import main
-from scratchformer.models import Transformer, TransformerConfig
+from scratchformer.app.checkpoint import save_checkpoint
+from scratchformer.app.cli import main
+from scratchformer.engine.models import Transformer, TransformerConfig
 
 pytest.importorskip("sentencepiece")
 
@@ -38,7 +38,7 @@ HYPS = ["the king sees the house of the son", "a boy eats bread in the house"]
 
 def test_corpus_scores_match_bleu_computed_by_hand():
     pytest.importorskip("sacrebleu")
-    from scratchformer.bleu import corpus_scores  # noqa: PLC0415
+    from scratchformer.app.bleu import corpus_scores  # noqa: PLC0415
 
     s = corpus_scores(HYPS, REFS)
     assert s["bleu"] == pytest.approx(_bleu_by_hand(HYPS, REFS), abs=1e-9)
@@ -78,7 +78,7 @@ def test_evaluate_scores_the_decoded_split(tmp_path, bpe, data_dir, monkeypatch,
         assert len(sources) == len(hyps)
         return hyps
 
-    monkeypatch.setattr("scratchformer.commands.evaluate.translate", fake_translate)
+    monkeypatch.setattr("scratchformer.app.commands.evaluate.translate", fake_translate)
     refs = [r.lower().rstrip(".") for r in test_refs]
     (data_dir / "test.tsv").write_text("".join(f"x\t{r}\n" for r in refs), encoding="utf-8")
     assert main(["evaluate", "--checkpoint", str(ckpt), "--beam", "4", "--json"]) == 0
@@ -106,7 +106,7 @@ def test_evaluate_perplexity_is_the_per_token_likelihood_of_the_references(bpe, 
     and batching change nothing), ``<eos>`` counted as a token."""
     import numpy as np  # noqa: PLC0415  (the test's own reference computation)
 
-    from scratchformer.commands.evaluate import teacher_forced  # noqa: PLC0415
+    from scratchformer.app.commands.evaluate import teacher_forced  # noqa: PLC0415
 
     cfg = TransformerConfig(
         vocab_size=len(bpe.vocab), N=1, d_model=16, d_ff=32, h=2, max_len=64, seed=3
@@ -133,7 +133,7 @@ def test_a_blank_line_of_any_whitespace_translates_to_an_empty_line(bpe):
     """SentencePiece drops spaces alone but spells tabs and no-break spaces: a line of
     them alone is as blank as one of spaces, an empty output with no n-best entries, the
     model never run on it."""
-    from scratchformer.decode import translate, translate_nbest  # noqa: PLC0415
+    from scratchformer.app.translate import translate, translate_nbest  # noqa: PLC0415
 
     assert bpe.encode("\t") and bpe.encode("\u00a0") and not bpe.encode("   ")
     model = Transformer(TransformerConfig(vocab_size=len(bpe.vocab), N=1, d_model=16, d_ff=32, h=2))
@@ -160,7 +160,7 @@ def test_empty_split_is_an_error(tmp_path, bpe, data_dir, capsys):
 
 
 def test_translation_task_loads_tsv_with_a_cached_joint_bpe(data_dir):
-    from scratchformer.data.pairs import DataError, translation_pairs  # noqa: PLC0415
+    from scratchformer.app.data.pairs import DataError, translation_pairs  # noqa: PLC0415
 
     data = translation_pairs(str(data_dir), vocab_size=350, max_len=12)
     assert (data_dir / "spm-bpe-350.json").is_file()
@@ -181,7 +181,7 @@ def test_dev_and_test_pairs_longer_than_the_task_allows_are_left_out_as_in_train
     """A pair with a side longer than task.max_len is left out of dev and test as of
     training (counted, and said in the run's notes), so that a model sized to its training
     pairs is never asked to score one it cannot hold; a split left empty is refused."""
-    from scratchformer.data.pairs import DataError, translation_pairs  # noqa: PLC0415
+    from scratchformer.app.data.pairs import DataError, translation_pairs  # noqa: PLC0415
 
     long = " ".join(["Él rey ve á la casa."] * 40)
     for split in ("dev", "test"):
@@ -197,8 +197,8 @@ def test_dev_and_test_pairs_longer_than_the_task_allows_are_left_out_as_in_train
 
 
 def test_training_a_few_steps_and_resuming_checks_the_vocabulary(tmp_path, data_dir, monkeypatch):
-    import scratchformer.train.tasks.seq2seq as seq2seq  # noqa: PLC0415
-    from scratchformer.train import ConfigError, TrainConfig, train  # noqa: PLC0415
+    import scratchformer.app.train.tasks.seq2seq as seq2seq  # noqa: PLC0415
+    from scratchformer.app.train import ConfigError, TrainConfig, train  # noqa: PLC0415
 
     seen = []  # the final test decoding of a translation task never allows an empty output
     real = seq2seq.decode_outputs
@@ -239,9 +239,9 @@ def test_training_a_few_steps_and_resuming_checks_the_vocabulary(tmp_path, data_
 
 
 def test_task_translate_flag_gives_the_cpu_config():
-    from scratchformer.cli import build_parser  # noqa: PLC0415
-    from scratchformer.commands.train import resolve_config  # noqa: PLC0415
-    from scratchformer.train import TrainConfig  # noqa: PLC0415
+    from scratchformer.app.cli import build_parser  # noqa: PLC0415
+    from scratchformer.app.commands.train import resolve_config  # noqa: PLC0415
+    from scratchformer.app.train import TrainConfig  # noqa: PLC0415
 
     args = build_parser().parse_args(["train", "--task", "translate"])
     cfg, _ = resolve_config(args)

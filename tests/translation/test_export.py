@@ -15,16 +15,16 @@ import numpy as np
 import pytest
 from task_data import corpus, train_translation
 
-from scratchformer.checkpoint import load_with_tokenizer, save_checkpoint
-from scratchformer.cli import main as cli_main
-from scratchformer.data.tokenizers import CharTokenizer
-from scratchformer.data.vocab import Vocab
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.models.classifier import EncoderClassifier
-from scratchformer.models.lm import LanguageModel
-from scratchformer.ops.positional import sinusoidal_table
+from scratchformer.app.checkpoint import load_with_tokenizer, save_checkpoint
+from scratchformer.app.cli import main as cli_main
+from scratchformer.app.data.tokenizers import CharTokenizer
+from scratchformer.app.data.vocab import Vocab
+from scratchformer.engine.models import Transformer, TransformerConfig
+from scratchformer.engine.models.classifier import EncoderClassifier
+from scratchformer.engine.models.lm import LanguageModel
+from scratchformer.engine.ops.positional import sinusoidal_table
 
-export = pytest.importorskip("scratchformer.export")
+export = pytest.importorskip("scratchformer.app.export")
 pytest.importorskip("sentencepiece")
 pytest.importorskip("safetensors")
 
@@ -189,7 +189,8 @@ def test_transformers_decodes_the_export_as_we_do(trained, tmp_path):
     agree within float32 rounding (max|a - b| / max|a|)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from scratchformer.decode import greedy_decode, translate
+    from scratchformer.app.translate import translate
+    from scratchformer.engine.decode import greedy_decode
 
     ckpt, model, tok = trained
     out = tmp_path / "hf"

@@ -19,10 +19,10 @@ import sys
 import pytest
 from task_data import corpus, write_translation
 
-from scratchformer.data.bible_pairs import split_pairs
-from scratchformer.data.pairs import vocabulary_for
-from scratchformer.train import TASKS, TrainConfig
-from scratchformer.train.tasks import fit
+from scratchformer.app.data.bible_pairs import split_pairs
+from scratchformer.app.data.pairs import vocabulary_for
+from scratchformer.app.train import TASKS, TrainConfig
+from scratchformer.app.train.tasks import fit
 
 pytest.importorskip("sentencepiece", reason="the translation tests need the bpe extra")
 
@@ -89,7 +89,7 @@ def test_a_vocabulary_the_data_cannot_make_is_refused_naming_the_setting(tmp_pat
         run = scratchformer(
             "train", "--config", "pairs", "--data-dir", data, "--set",
             f"task.vocab_size={size}", "--run-dir", tmp_path / f"run{size}", cwd=tmp_path,
-        )  # fmt: skip
+        )
         lines = run.stderr.splitlines()
         assert run.returncode == 2 and len(lines) == 1, run.stderr
         assert lines[0].startswith(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from scratchformer.data import bible as bib
-from scratchformer.data.bible import (
+from scratchformer.app.data import bible as bib
+from scratchformer.app.data.bible import (
     BibleDataError,
     Verse,
     chapter_split,
@@ -20,7 +20,7 @@ from scratchformer.data.bible import (
     prepare_genre,
     prepare_text,
 )
-from scratchformer.data.text import CorpusError, load_labelled, load_lines
+from scratchformer.app.data.text import CorpusError, load_labelled, load_lines
 
 # -- real markup, copied from the modules -------------------------------------------------------
 WEB_GEN_1_1 = (
@@ -147,7 +147,7 @@ class _Structure:
 
     def get_books(self):
         return {"ot": [b for b in self.books if b.osis_name != "Matt"],
-                "nt": [b for b in self.books if b.osis_name == "Matt"]}  # fmt: skip
+                "nt": [b for b in self.books if b.osis_name == "Matt"]}
 
 
 class FakeBible:
@@ -282,7 +282,7 @@ def _web_installed() -> bool:
 @pytest.mark.skipif(not _web_installed(), reason="sword-text-web or pysword not installed")
 def test_real_preparation_of_the_web(tmp_path):
     """The whole WEB: ~31k verses, clean text, every genre in every split."""
-    from scratchformer.cli import main  # noqa: PLC0415
+    from scratchformer.app.cli import main  # noqa: PLC0415
 
     assert main(["data", "genre", "--data-dir", str(tmp_path)]) == 0
     assert main(["data", "web-text", "--data-dir", str(tmp_path)]) == 0

@@ -12,12 +12,12 @@ Dimension key: B batch, H heads, L length, M block, Dh d_k, Dv d_v.
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer.gradcheck import check_op
-from scratchformer.nn.attention import MultiHeadAttention
-from scratchformer.nn.local_attention import LocalMultiHeadAttention
-from scratchformer.ops.attention import attention_core, causal_mask
-from scratchformer.ops.local_attention import band_mask
+from scratchformer.engine import backend as B
+from scratchformer.engine.gradcheck import check_op
+from scratchformer.engine.nn.attention import MultiHeadAttention
+from scratchformer.engine.nn.local_attention import LocalMultiHeadAttention
+from scratchformer.engine.ops.attention import attention_core, causal_mask
+from scratchformer.engine.ops.local_attention import band_mask
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -127,7 +127,7 @@ def test_the_band_form_at_an_offset_equals_the_rows_of_the_whole(f64, T, offset)
     np.testing.assert_allclose(B.asnumpy(tail), B.asnumpy(whole[..., offset:, :]), atol=1e-12)
     rep = check_op(
         forward, backward, Q[..., offset:, :], K, V, mask=pad, p_drop=0.2, rng=4, offset=offset,
-    )  # fmt: skip
+    )
     assert rep.passed, "\n" + rep.table()
 
 

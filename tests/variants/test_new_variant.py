@@ -13,13 +13,13 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer import device
-from scratchformer.backend import xp
-from scratchformer.gradcheck import check_model, check_module
-from scratchformer.models import LanguageModel, Transformer, TransformerConfig
-from scratchformer.nn import ATTENTION_VARIANTS, MultiHeadAttention
-from scratchformer.optim import Adam
+from scratchformer.engine import backend as B
+from scratchformer.engine import device
+from scratchformer.engine.backend import xp
+from scratchformer.engine.gradcheck import check_model, check_module
+from scratchformer.engine.models import LanguageModel, Transformer, TransformerConfig
+from scratchformer.engine.nn import ATTENTION_VARIANTS, MultiHeadAttention
+from scratchformer.engine.optim import Adam
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -135,7 +135,7 @@ def test_the_trainer_runs_it_from_the_config(tmp_path, capsys):
     averages, reloads the checkpoints and judges the test set."""
     from task_data import TINY_RUN
 
-    from scratchformer.cli import main
+    from scratchformer.app.cli import main
 
     argv = ["train", *TINY_RUN, "--set", "model.attention=alibi", "--steps", "12"]
     assert main([*argv, "--run-dir", str(tmp_path / "run"), "--checkpoint-every", "2"]) == 0

@@ -13,11 +13,11 @@ Dimension key: B batch, H heads, T queries, S keys, L length, Dh d_k, Dv d_v, k 
 import numpy as np
 import pytest
 
-from scratchformer import backend as B
-from scratchformer.gradcheck import check_op
-from scratchformer.nn import RelativeMultiHeadAttention, SkewMultiHeadAttention
-from scratchformer.ops.attention import attention_core, attention_forward, causal_mask
-from scratchformer.ops.relative_attention import (
+from scratchformer.engine import backend as B
+from scratchformer.engine.gradcheck import check_op
+from scratchformer.engine.nn import RelativeMultiHeadAttention, SkewMultiHeadAttention
+from scratchformer.engine.ops.attention import attention_core, attention_forward, causal_mask
+from scratchformer.engine.ops.relative_attention import (
     gather_relative,
     relative_index,
     scatter_relative,

@@ -14,13 +14,21 @@ import numpy as np
 import pytest
 from variant_helpers import VARIANTS, check_loss_model, config
 
-from scratchformer import backend as B
-from scratchformer.gradcheck import check_module
-from scratchformer.models import EncoderClassifier, LanguageModel, Transformer, TransformerConfig
-from scratchformer.models.classifier import ClassificationHead
-from scratchformer.nn.local_attention import LocalMultiHeadAttention
-from scratchformer.nn.relative_attention import RelativeMultiHeadAttention, SkewMultiHeadAttention
-from scratchformer.nn.transformer import make_self_attention
+from scratchformer.engine import backend as B
+from scratchformer.engine.gradcheck import check_module
+from scratchformer.engine.models import (
+    EncoderClassifier,
+    LanguageModel,
+    Transformer,
+    TransformerConfig,
+)
+from scratchformer.engine.models.classifier import ClassificationHead
+from scratchformer.engine.nn.local_attention import LocalMultiHeadAttention
+from scratchformer.engine.nn.relative_attention import (
+    RelativeMultiHeadAttention,
+    SkewMultiHeadAttention,
+)
+from scratchformer.engine.nn.transformer import make_self_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "decode"))
 from decode_helpers import CheckingModel, lively_model, random_src  # noqa: E402
@@ -117,7 +125,7 @@ def test_classifier_every_parameter(attention):
 def test_encoder_decoder_every_parameter_with_a_variant(attention):
     """The Transformer with the variant in its decoder's self-attention (and Shaw in the
     encoder for 'relative')."""
-    from scratchformer.gradcheck import check_model  # noqa: PLC0415
+    from scratchformer.engine.gradcheck import check_model  # noqa: PLC0415
 
     m = Transformer(config(V, attention, P_drop_attn=0.1))
     src = B.asarray(np.array([[5, 6, 7, 8, 9, 4, 3], [4, 5, 6, 0, 0, 0, 0]]))
@@ -168,7 +176,7 @@ def test_decoder_incremental_equals_full(attention):
 def test_beam_search_with_variants_equals_recomputation_after_reordering(attention):
     """Beam search reorders the kv (the local ring too) at every step; each step's
     logits still equal a full forward of the row's history."""
-    from scratchformer.decode import beam_search  # noqa: PLC0415
+    from scratchformer.engine.decode import beam_search  # noqa: PLC0415
 
     kw = dict(attention=attention, max_relative_position=2, local_block=2)
     if attention != "relative":
@@ -209,7 +217,7 @@ def test_language_model_padding_does_not_change_real_positions():
 
 
 def test_sampling_is_seeded_and_respects_top_k_and_temperature():
-    from scratchformer.decode.sample import generate, sample_next  # noqa: PLC0415
+    from scratchformer.engine.decode.sample import generate, sample_next  # noqa: PLC0415
 
     m = LanguageModel(config(V, "relative_skew", max_len=32))
     a = generate(m, [BOS, 5, 6], max_new_tokens=10, temperature=0.8, top_k=3, seed=1)
@@ -261,7 +269,7 @@ def test_dense_default_builds_the_same_model_as_before():
 def test_lm_rejects_target_ids_out_of_range():
     """A negative target silently indexed the last vocabulary entry; one >= V crashed
     deep inside the loss."""
-    from scratchformer.errors import TokenError
+    from scratchformer.engine.errors import TokenError
 
     m = LanguageModel(config(11, "dense"))
     ids = B.asarray(np.array([[1, 4, 5, 6]]))

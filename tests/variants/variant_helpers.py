@@ -4,10 +4,10 @@ the classifier), and a random tiny configuration per attention variant."""
 
 import copy
 
-from scratchformer import device
-from scratchformer.backend import xp
-from scratchformer.gradcheck import check_gradients
-from scratchformer.models import TransformerConfig
+from scratchformer.engine import device
+from scratchformer.engine.backend import xp
+from scratchformer.engine.gradcheck import check_gradients
+from scratchformer.engine.models import TransformerConfig
 
 VARIANTS = ["dense", "relative", "relative_skew", "local"]
 

@@ -1,0 +1,162 @@
+"""``scratchformer translate``: decode sentences with a trained checkpoint.
+
+Reads one sentence per line from ``--input`` (a file, or ``-`` for stdin, the default)
+and writes one line per input to ``--output`` (default stdout), in input order:
+
+    scratchformer translate --checkpoint runs/x/checkpoints/final.npz < src.txt > out.txt
+    scratchformer translate --checkpoint ... --beam 8 --alpha 1.0 --nbest 4 --input src.txt
+
+With ``--nbest N > 1`` (or ``--scores``) each input gives N tab-separated lines:
+``line<TAB>rank<TAB>score<TAB>logprob<TAB>text`` (line and rank counted from 1; score
+is the length-penalised one hypotheses are ranked by). An empty input line gives an
+empty output line (no n-best lines). ``--greedy`` decodes greedily instead.
+
+The tokenizer is the one stored in the checkpoint (``meta["tokenizer"]``).
+
+A file is read twice (first its lines are counted, for the progress shown); a stream
+(stdin, a pipe, a FIFO, ``/dev/stdin``, a process substitution) once, as it comes.
+
+The input is read as UTF-8, one sentence per ``\\n``-ended line (a ``\\r\\n`` ending loses
+its ``\\r``; a UTF-8 byte order mark at the start is dropped); bytes that are not UTF-8
+are an error naming the line. Tokens the model's vocabulary lacks are read as <unk>,
+with one warning at the end. The input is translated in chunks of ``--chunk-size``
+lines (sorted into batches within each), each written before the next is read: memory
+does not grow with the input, and output comes while a pipe is still being written.
+An error in a later chunk (a line too long for the model) leaves the earlier chunks'
+output written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from scratchformer.app import writer
+from scratchformer.app.checkpoint import load_with_tokenizer
+from scratchformer.app.commands import (
+    COUNT,
+    NONNEGATIVE,
+    add_decoding_flags,
+    check_lengths,
+    decode_options,
+    plural,
+)
+from scratchformer.app.data.text import LineLimit, iter_text_lines
+from scratchformer.app.progress import stage
+from scratchformer.app.train.rundir import owned_file_of
+from scratchformer.app.translate import (
+    CHUNK_SIZE,
+    SourceCheck,
+    chunked,
+    loop_hint,
+    loops,
+    translate,
+    translate_nbest,
+)
+from scratchformer.engine.errors import ScratchformerError
+from scratchformer.engine.models import Transformer
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "translate",
+        help="translate sentences with a checkpoint (beam search or greedy)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a run's final model: runs/<name>/checkpoints/final.npz (or checkpoint_<step>.npz)",
+    )
+    p.add_argument("--input", default="-", help="source sentences, one per line (- = stdin)")
+    p.add_argument("--output", default="-", help="where to write (- = stdout)")
+    add_decoding_flags(p, CHUNK_SIZE)
+    p.add_argument("--nbest", type=COUNT, default=1, help="hypotheses per sentence (<= beam)")
+    p.add_argument("--no-repeat-ngram", type=NONNEGATIVE, default=0, help="block repeated n-grams")
+    p.add_argument("--scores", action="store_true", help="tab-separated output with scores")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an --output that is a run's file or not text (never an input)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.greedy and (args.nbest > 1 or args.scores):
+        raise ScratchformerError("--greedy gives one output without scores: drop --nbest/--scores")
+    chunk_size = CHUNK_SIZE if args.chunk_size is None else args.chunk_size
+    if chunk_size < 1:
+        raise ScratchformerError(f"--chunk-size must be at least 1, got {chunk_size}")
+    inputs = [("--checkpoint", args.checkpoint)]
+    inputs.append(("--input", args.input) if args.input != "-" else ("standard input", 0))
+    plan = writer.Plan("translate", inputs, overwrite=args.overwrite)
+    target = plan.text_output(
+        args.output, "translate --output", flag="--output", protected=owned_file_of
+    )
+    ckpt, tokenizer = load_with_tokenizer(args.checkpoint, expect=Transformer)
+    check_lengths(args, ckpt.config)
+    lines = LineLimit(ckpt.config.max_len)
+    if args.input == "-":
+        source, name, total = getattr(sys.stdin, "buffer", sys.stdin), "stdin", None
+    else:
+        source, name, total = args.input, args.input, None
+        if Path(source).is_file():  # a stream (a pipe, a FIFO, /dev/stdin) is read once
+            # a first pass over a file: the total shown, bad bytes found before any output
+            total = sum(1 for _, line in iter_text_lines(source, limit=lines) if line.strip())
+    check = SourceCheck(ckpt.model, tokenizer, name)
+    decode = _decoder(args, ckpt.model, tokenizer)
+    n = looping = outputs = 0
+    t0 = time.perf_counter()
+    with ExitStack() as stack:
+        show = stage(total, "translating", "sentence", bar=not args.no_progress)
+        stack.callback(show.close)
+        out = sys.stdout if target is None else stack.enter_context(writer.replacing(target))
+        for chunk in chunked(check(iter_text_lines(source, name, lines)), chunk_size):
+            # flushed: a reader at the other end of a pipe gets each chunk at once
+            got = decode(chunk, show.update)
+            show.emit("".join(line + "\n" for line in got), out)
+            n += len(chunk)
+            looping, outputs = looping + sum(map(loops, got)), outputs + len(got)
+    hint = loop_hint(looping, outputs)
+    if hint:
+        print(hint, file=sys.stderr)
+    dt = time.perf_counter() - t0
+    if check.warning():
+        print(check.warning(), file=sys.stderr)
+    how = "greedy" if args.greedy else f"beam {args.beam}, alpha {args.alpha}"
+    print(
+        f"translated {plural(n, 'sentence')} in {dt:.2f} s ({how}, step {ckpt.step})",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _decoder(args, model, tokenizer):
+    """``decode(chunk, progress) -> output lines``: one chunk of ``(line number,
+    sentence)`` pairs decoded as the options ask, its lines in input order (one per
+    sentence, or the n-best lines of each)."""
+    options, batch = decode_options(args), args.batch_size
+    if args.greedy or (args.nbest == 1 and not args.scores):
+        return lambda chunk, progress: translate(
+            model, tokenizer, [s for _, s in chunk], options, batch_size=batch, progress=progress
+        )
+
+    def nbest_lines(chunk, progress):
+        sentences = [s for _, s in chunk]
+        results = translate_nbest(model, tokenizer, sentences, options, batch_size=batch,
+                                  progress=progress)
+        lines = []
+        for (lineno, _), nb in zip(chunk, results):
+            if not nb:
+                lines.append("")
+            for rank, t in enumerate(nb, start=1):
+                h = t.hypothesis
+                lines.append(f"{lineno}\t{rank}\t{h.score:.6f}\t{h.logprob:.6f}\t{t.text}")
+        return lines
+
+    return nbest_lines

@@ -1,0 +1,409 @@
+"""A trained translation model as a Hugging Face ``transformers`` model folder (Marian).
+
+    scratchformer export runs/bible-cpu/checkpoints/final.npz -o bible-es-en
+
+writes ``config.json``, ``generation_config.json``, ``model.safetensors`` (float32),
+``tokenizer.json``, ``tokenizer_config.json`` and the SentencePiece model
+``tokenizer.model``: ``MarianMTModel.from_pretrained(folder)`` and
+``AutoTokenizer.from_pretrained(folder)`` load it, and ``pipeline("translation",
+model=folder)`` translates with it. Writing needs only ``safetensors``' NumPy API
+(``pip install -e '.[export]'``); nothing here imports ``torch`` or ``transformers``.
+
+**Why the mapping is exact.** Marian's layers are the paper's post-LN layers: token
+embeddings times ``sqrt(D)`` plus sinusoids, ``LN(x + Sublayer(x))`` after every
+sub-layer, ReLU feed-forward, one embedding matrix for source, target and output (here
+``share_embeddings="all"``), LayerNorm epsilon 1e-5. Its sinusoids differ in the order
+of the model dimension: ours interleave, ``PE[pos, 2i] = sin``, ``PE[pos, 2i+1] = cos``;
+Marian's put every sine first, then every cosine, at the same frequencies. Let
+``pi = (0, 2, 4, ..., 1, 3, 5, ...)``, so that ``PE_marian = PE_ours[:, pi]``. Permuting
+the residual stream's coordinates by ``pi`` everywhere is an exact symmetry of the
+network: LayerNorm's mean and variance are sums over all coordinates (the same in any
+order), and every matrix that reads or writes the residual stream gets its rows or
+columns permuted with it, so each layer computes the same numbers in permuted order:
+
+    E'  = E[:, pi]                  embeddings and output projection   (V, D)
+    W'  = W[pi, :]                  W_q, W_k, W_v, W_1: read the stream (D, *)
+    W'  = W[:, pi]                  W_o, W_2: write the stream           (*, D)
+    b'  = b[pi], gamma' = gamma[pi], beta' = beta[pi]
+    W_1's columns, W_2's rows, the heads and b_1: untouched (not the stream)
+
+The only differences are float32 rounding (sums taken in another order). PyTorch's
+``Linear`` stores ``(out, in)``, ours ``(in, out)``: every matrix is also transposed.
+Marian's attention projections have biases; ours have none, so they are written as
+zeros (so is ``final_logits_bias``).
+
+**The special tokens.** Our sources carry no <bos> or <eos>, and decoding starts from
+<bos> (id 1); Marian's tokenizer appends ``</s>`` to every source and its decoding starts
+from the pad token. So the folder does not use ``MarianTokenizer``: its tokenizer is a
+plain ``tokenizer.json`` that adds nothing to a sentence, and ``decoder_start_token_id``
+is our <bos>. ``generation_config.json`` also carries our decoding rules: <pad> and <bos>
+are never produced (``suppress_tokens``), <eos> not before the first token
+(``min_new_tokens``, our ``min_len=1``), and <eos> forced once the position table is
+used up (``forced_eos_token_id``, ``max_length``). Greedy is the default
+(``num_beams=1``): beam search in ``transformers`` ranks by ``log P / |Y|^alpha``, ours
+by the GNMT penalty ``((5 + |Y|) / 6)^alpha``, which no ``generate`` option expresses.
+
+**The tokenizer.** ``tokenizer.json`` is our SentencePiece BPE written for the
+``tokenizers`` library: the same pieces and ids, its merges (every pair of pieces whose
+concatenation is a piece, ranked as SentencePiece ranks the merged piece), byte
+fallback, SentencePiece's whitespace rules (no leading or trailing spaces, runs of
+spaces as one, a ``▁`` before the first word) and its decoder.
+
+Refused in one line, with the reason: models other than the encoder-decoder
+Transformer (the language model, the classifier), pre-LN, learned positions, relative
+or local attention, head widths other than ``d_model / h``, a LayerNorm epsilon other
+than 1e-5, tokenizers other than the SentencePiece BPE.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from scratchformer.app import writer
+from scratchformer.app.checkpoint import load_with_tokenizer
+from scratchformer.engine import backend
+from scratchformer.engine.errors import ScratchformerError
+from scratchformer.engine.models.transformer import Transformer
+
+#: the files of an exported folder, in the order they are written
+FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+)
+#: ``transformers``' names of our activations (ours: ReLU, GELU's tanh form)
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu_new"}
+#: Marian's LayerNorm: torch.nn.LayerNorm's default epsilon, fixed
+MARIAN_LN_EPS = 1e-5
+
+
+class ExportError(ScratchformerError):
+    """The checkpoint cannot be written as a ``transformers`` model, or safetensors is
+    missing."""
+
+
+def _safetensors_save():
+    try:
+        from safetensors.numpy import save  # noqa: PLC0415  (optional: the export extra)
+    except ImportError:
+        raise ExportError(
+            "export writes safetensors: pip install -e '.[export]' (or pip install safetensors)"
+        ) from None
+    return save
+
+
+def refusal(model, tokenizer) -> str | None:
+    """Why ``model`` (with ``tokenizer``) cannot be exported exactly, or None."""
+    if not isinstance(model, Transformer):
+        kind = type(model).__name__
+        return (
+            f"this checkpoint holds {'an' if kind[0] in 'AEIOU' else 'a'} {kind}: export writes "
+            "translation models (the encoder-decoder Transformer) as Marian, which has no "
+            "counterpart for it"
+        )
+    cfg = model.config
+    if cfg.norm != "post":
+        return "a pre-LN model: Marian's layers are post-LN (LayerNorm after each residual sum)"
+    if cfg.positions != "sinusoidal":
+        return f"{cfg.positions} positions: Marian's positions are the paper's sinusoids"
+    for where, variant in (
+        ("attention", cfg.attention),
+        ("encoder_attention", cfg.encoder_attention),
+    ):
+        if variant not in (None, "dense"):
+            return (
+                f"{variant} attention ({where}): Marian's attention is the paper's dense attention"
+            )
+    head = cfg.d_model // cfg.h
+    if cfg.d_model % cfg.h or (cfg.d_k or head) != head or (cfg.d_v or head) != head:
+        return (
+            f"heads of width d_k={cfg.d_k or head}, d_v={cfg.d_v or head} with d_model "
+            f"{cfg.d_model} and h {cfg.h}: Marian's heads are d_model / h wide"
+        )
+    if cfg.ln_eps != MARIAN_LN_EPS:
+        return f"LayerNorm epsilon {cfg.ln_eps:g}: Marian's is fixed at {MARIAN_LN_EPS:g}"
+    if cfg.activation not in ACTIVATIONS:
+        return f"the {cfg.activation} activation has no transformers name"
+    if getattr(tokenizer, "kind", None) != "spm-bpe":
+        return (
+            f"a {getattr(tokenizer, 'kind', type(tokenizer).__name__)} tokenizer: export "
+            "writes SentencePiece BPE tokenizers (the translation task's)"
+        )
+    return None
+
+
+def permutation(d_model: int):
+    """``pi`` (D,): Marian's coordinate ``k`` is our coordinate ``pi[k]`` (sines, then
+    cosines: ``PE_marian = PE_ours[:, pi]``)."""
+    np = backend.np
+    return np.concatenate([np.arange(0, d_model, 2), np.arange(1, d_model, 2)])
+
+
+def _attention(p: dict, pre: str, out: str, pi, tensors: dict) -> None:
+    np = backend.np
+    for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj")):
+        W = p[f"{pre}.{ours}"]  # (D, H*Dh): reads the stream
+        tensors[f"{out}.{theirs}.weight"] = W[pi, :].T
+        tensors[f"{out}.{theirs}.bias"] = np.zeros(W.shape[1], np.float32)
+    W_o = p[f"{pre}.W_o"]  # (H*Dv, D): writes the stream
+    tensors[f"{out}.out_proj.weight"] = W_o[:, pi].T
+    tensors[f"{out}.out_proj.bias"] = np.zeros(W_o.shape[1], np.float32)
+
+
+def _norm(p: dict, pre: str, out: str, pi, tensors: dict) -> None:
+    tensors[f"{out}.weight"] = p[f"{pre}.gamma"][pi]
+    tensors[f"{out}.bias"] = p[f"{pre}.beta"][pi]
+
+
+def _ffn(p: dict, pre: str, out: str, pi, tensors: dict) -> None:
+    tensors[f"{out}.fc1.weight"] = p[f"{pre}.W_1"][pi, :].T  # (D, F) reads the stream
+    tensors[f"{out}.fc1.bias"] = p[f"{pre}.b_1"]
+    tensors[f"{out}.fc2.weight"] = p[f"{pre}.W_2"][:, pi].T  # (F, D) writes it
+    tensors[f"{out}.fc2.bias"] = p[f"{pre}.b_2"][pi]
+
+
+def marian_tensors(model) -> dict:
+    """``{transformers name: float32 host array}`` for ``MarianMTModel`` (see the module
+    doc for the mapping); every array contiguous, as safetensors stores them."""
+    np = backend.np
+    cfg = model.config
+    p = {k: np.asarray(backend.asnumpy(v), dtype=np.float32) for k, v in model.parameters().items()}
+    pi = permutation(cfg.d_model)
+    t: dict = {}
+    E = p["embed.E"][:, pi]  # (V, D): target embeddings, and the output when tied
+    if cfg.share_embeddings == "all":
+        t["model.shared.weight"] = E
+    else:
+        t["model.encoder.embed_tokens.weight"] = p["src_embed.E"][:, pi]
+    t["model.decoder.embed_tokens.weight"] = E
+    # lm_head: E itself when tied (written too: a reader that does not tie still gets it)
+    t["lm_head.weight"] = E if cfg.share_embeddings != "none" else p["out_proj.W"][pi, :].T
+    t["final_logits_bias"] = np.zeros((1, cfg.vocab_size), np.float32)
+    for i in range(cfg.N):
+        ours, theirs = f"encoder.layers.{i}", f"model.encoder.layers.{i}"
+        _attention(p, f"{ours}.self_attn", f"{theirs}.self_attn", pi, t)
+        _norm(p, f"{ours}.self_attn_norm", f"{theirs}.self_attn_layer_norm", pi, t)
+        _ffn(p, f"{ours}.ffn", theirs, pi, t)
+        _norm(p, f"{ours}.ffn_norm", f"{theirs}.final_layer_norm", pi, t)
+    for i in range(cfg.N_dec):
+        ours, theirs = f"decoder.layers.{i}", f"model.decoder.layers.{i}"
+        _attention(p, f"{ours}.self_attn", f"{theirs}.self_attn", pi, t)
+        _norm(p, f"{ours}.self_attn_norm", f"{theirs}.self_attn_layer_norm", pi, t)
+        _attention(p, f"{ours}.cross_attn", f"{theirs}.encoder_attn", pi, t)
+        _norm(p, f"{ours}.cross_attn_norm", f"{theirs}.encoder_attn_layer_norm", pi, t)
+        _ffn(p, f"{ours}.ffn", theirs, pi, t)
+        _norm(p, f"{ours}.ffn_norm", f"{theirs}.final_layer_norm", pi, t)
+    return {k: np.ascontiguousarray(v) for k, v in t.items()}
+
+
+def marian_config(cfg) -> dict:
+    """``config.json``: the architecture, our special ids, no source <eos>."""
+    return {
+        "architectures": ["MarianMTModel"],
+        "model_type": "marian",
+        "vocab_size": cfg.src_vocab,  # the encoder's (the decoder's too when shared)
+        "decoder_vocab_size": cfg.vocab_size,
+        "d_model": cfg.d_model,
+        "encoder_layers": cfg.N,
+        "decoder_layers": cfg.N_dec,
+        "encoder_attention_heads": cfg.h,
+        "decoder_attention_heads": cfg.h,
+        "encoder_ffn_dim": cfg.d_ff,
+        "decoder_ffn_dim": cfg.d_ff,
+        "activation_function": ACTIVATIONS[cfg.activation],
+        "max_position_embeddings": cfg.max_len,
+        "scale_embedding": True,
+        "share_encoder_decoder_embeddings": cfg.share_embeddings == "all",
+        "tie_word_embeddings": cfg.share_embeddings != "none",
+        "dropout": cfg.P_drop,
+        "attention_dropout": cfg.P_drop_attn,
+        "activation_dropout": cfg.P_drop_ffn,
+        "pad_token_id": cfg.pad_id,
+        "bos_token_id": cfg.bos_id,
+        "eos_token_id": cfg.eos_id,
+        "decoder_start_token_id": cfg.bos_id,
+        "forced_eos_token_id": cfg.eos_id,
+        "is_encoder_decoder": True,
+        "dtype": "float32",
+    }
+
+
+def generation_config(cfg) -> dict:
+    """``generation_config.json``: greedy search under our token rules (module doc).
+    ``max_length`` counts the start token: <bos> + ``max_len - 1`` tokens + <eos>."""
+    return {
+        "decoder_start_token_id": cfg.bos_id,
+        "bos_token_id": cfg.bos_id,
+        "eos_token_id": cfg.eos_id,
+        "pad_token_id": cfg.pad_id,
+        "forced_eos_token_id": cfg.eos_id,
+        "suppress_tokens": [cfg.pad_id, cfg.bos_id],
+        "min_new_tokens": 1,
+        "max_length": cfg.max_len + 1,
+        "num_beams": 1,
+        "do_sample": False,
+    }
+
+
+def bpe_merges(sp) -> list:
+    """The merges of a SentencePiece BPE model for the ``tokenizers`` library: every pair
+    of pieces ``(a, b)`` whose concatenation is a piece, ranked by the merged piece's
+    score, as SentencePiece merges the best-scoring adjacent pair first."""
+    normal = {}
+    for i in range(sp.get_piece_size()):
+        if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i)):
+            normal[sp.id_to_piece(i)] = i
+    merges = []
+    for piece, i in normal.items():
+        for k in range(1, len(piece)):
+            a, b = piece[:k], piece[k:]
+            if a in normal and b in normal:
+                merges.append((-sp.get_score(i), i, normal[a], normal[b], a, b))
+    merges.sort()
+    return [[a, b] for *_, a, b in merges]
+
+
+def tokenizer_json(tokenizer) -> dict:
+    """``tokenizer.json``: our SentencePiece BPE for the ``tokenizers`` library, adding no
+    special token to a sentence (the module doc)."""
+    sp = tokenizer.sp
+    n = sp.get_piece_size()
+    specials = [i for i in range(n) if sp.is_control(i) or sp.is_unknown(i)]
+    meta = "\u2581"
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": i,
+                "content": sp.id_to_piece(i),
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for i in specials
+        ],
+        # SentencePiece's remove_extra_whitespaces: spaces (only ' ') trimmed, runs as one
+        "normalizer": {
+            "type": "Sequence",
+            "normalizers": [
+                {"type": "Replace", "pattern": {"Regex": "^ +| +$"}, "content": ""},
+                {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
+            ],
+        },
+        "pre_tokenizer": {
+            "type": "Metaspace",
+            "replacement": meta,
+            "prepend_scheme": "always",
+            "split": False,
+        },
+        "post_processor": None,
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "Replace", "pattern": {"String": meta}, "content": " "},
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+                {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+            ],
+        },
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": sp.id_to_piece(sp.unk_id()),
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": {sp.id_to_piece(i): i for i in range(n)},
+            "merges": bpe_merges(sp),
+        },
+    }
+
+
+def tokenizer_config(cfg, tokenizer) -> dict:
+    """``tokenizer_config.json``: the generic fast tokenizer over ``tokenizer.json``."""
+    sp = tokenizer.sp
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": cfg.max_len,
+        "pad_token": sp.id_to_piece(cfg.pad_id),
+        "bos_token": sp.id_to_piece(cfg.bos_id),
+        "eos_token": sp.id_to_piece(cfg.eos_id),
+        "unk_token": sp.id_to_piece(sp.unk_id()),
+        "clean_up_tokenization_spaces": False,
+    }
+
+
+def _json(value) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+
+
+def export_marian(checkpoint, out, overwrite: bool = False, echo=None) -> list:
+    """Write ``checkpoint`` (a translation model's .npz) as a ``transformers`` Marian
+    folder ``out`` (the module doc): the complete folder is built beside ``out`` and
+    renamed into place (``writer.FileSet`` with ``folder``), so ``out`` holds all six
+    files of one export or an earlier export, never a mix. Returns the paths written.
+
+    Raises ExportError for a model that cannot be exported (the reason in one line), and
+    the writer's WriteError for an output that is an input, a folder holding other files
+    than an export's, a directory where a file goes, or files with other content
+    (``overwrite`` replaces them). ``echo``: where notes about an interrupted export's
+    leftovers go (default: standard error)."""
+    save = _safetensors_save()
+    ckpt, tokenizer = load_with_tokenizer(checkpoint)
+    why = refusal(ckpt.model, tokenizer)
+    if why:
+        raise ExportError(f"{checkpoint} cannot be exported: {why}")
+    cfg = ckpt.model.config
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"-o {out} is a file: export writes a folder")
+    paths = {name: out / name for name in FILES}
+    binary = {"model.safetensors", "tokenizer.model"}
+    files = writer.FileSet(
+        paths,
+        owner=out,
+        overwrite=overwrite,
+        inputs=[("checkpoint", checkpoint)],
+        binary=binary,
+        folder=out,
+        what="export",
+        other="your edits, or another export",
+        echo=echo,
+    )
+    contents = {
+        "config.json": _json(marian_config(cfg)),
+        "generation_config.json": _json(generation_config(cfg)),
+        "model.safetensors": save(marian_tensors(ckpt.model), metadata={"format": "pt"}),
+        "tokenizer.json": _json(tokenizer_json(tokenizer)),
+        "tokenizer_config.json": _json(tokenizer_config(cfg, tokenizer)),
+        "tokenizer.model": tokenizer.proto,
+    }
+    with files as f:
+        for name, data in contents.items():
+            f[name].write(data)
+    return [paths[n] for n in FILES]
+
+
+__all__ = [
+    "ExportError",
+    "FILES",
+    "bpe_merges",
+    "export_marian",
+    "generation_config",
+    "marian_config",
+    "marian_tensors",
+    "permutation",
+    "refusal",
+    "tokenizer_config",
+    "tokenizer_json",
+]
