@@ -24,10 +24,17 @@ import argparse
 import platform
 import time
 
-from scratchformer.engine import backend
-from scratchformer.engine.backend import xp
-from scratchformer.engine.decode import beam_search, greedy_decode
-from scratchformer.engine.models import Transformer, TransformerConfig
+try:  # the engine's folder; a tree from before it had one (run on both, PYTHONPATH)
+    from scratchformer.engine import backend
+    from scratchformer.engine.decode import beam_search, greedy_decode
+    from scratchformer.engine.models import Transformer, TransformerConfig
+except ModuleNotFoundError:
+    from scratchformer.decode import beam_search, greedy_decode
+    from scratchformer.models import Transformer, TransformerConfig
+
+    from scratchformer import backend
+
+xp = backend.xp
 
 
 def _constrained_argmax(logits, step, out_len, cfg):

@@ -183,9 +183,10 @@ def child(args, config, global_batch, build_ours, torch_module):
     flat Adam); ``torch_module()`` -> the ``torch_reference`` module.
     """
     from scratchformer.app import distributed
-    from scratchformer.app.train.records import accumulate_gradients, dropout_seed
+    from scratchformer.app.train.records import dropout_seed
     from scratchformer.app.train.tasks.base import TaskBatch
     from scratchformer.engine import backend, device
+    from scratchformer.engine.step import accumulate_gradients
 
     np = backend.np
     mpi = distributed.launched_size() > 1

@@ -137,8 +137,19 @@ def gemm_gflops(size: int = 1024, repeats: int = 5) -> float:
 
 
 # -- child side -----------------------------------------------------------------------------
+def _engine(name: str):
+    """The engine's module ``name`` ("models"), in either layout: ``scratchformer.engine.X``
+    or, in a tree from before the engine had a folder, ``scratchformer.X`` (--against)."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"scratchformer.engine.{name}")
+    except ModuleNotFoundError:
+        return importlib.import_module(f"scratchformer.{name}")
+
+
 def _config(name, args):
-    from scratchformer.engine.models import TransformerConfig
+    TransformerConfig = _engine("models").TransformerConfig
 
     overrides = dict(vocab_size=args.vocab, max_len=max(64, args.length))
     if args.attention_block:
@@ -148,7 +159,7 @@ def _config(name, args):
 
 def _batch(args):
     """The host batch (src, tgt_in, tgt_out), int64 (batch, length), no padding."""
-    from scratchformer.engine import backend
+    backend = _engine("backend")
 
     np = backend.np
     data = np.random.default_rng(0)
@@ -158,11 +169,8 @@ def _batch(args):
 
 def _ours(cfg):
     """Our model, flattened, and the flat Adam."""
-    from scratchformer.engine.models import Transformer
-    from scratchformer.engine.optim import Adam
-
-    model = Transformer(cfg)
-    return model, Adam(model.flatten(), 0.9, 0.98, 1e-9)
+    model = _engine("models").Transformer(cfg)
+    return model, _engine("optim").Adam(model.flatten(), 0.9, 0.98, 1e-9)
 
 
 def _torch_reference():
@@ -174,7 +182,7 @@ def _torch_reference():
 
 def _setup(name, args):
     """Our model, optimizer and step closure, and the host batch."""
-    from scratchformer.engine import backend, device
+    backend, device = _engine("backend"), _engine("device")
 
     cfg = _config(name, args)
     src, tgt_in, tgt_out = _batch(args)
@@ -317,7 +325,7 @@ def _launch(args, threads, extra, repeats=None, tree=None):
 
 
 def _blas() -> str:
-    from scratchformer.engine import backend
+    backend = _engine("backend")
 
     try:
         cfg = backend.np.show_config(mode="dicts")
