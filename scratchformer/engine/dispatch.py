@@ -178,31 +178,40 @@ class Op:
                 return impl
         return self.reference
 
-    def chosen(self, dtype: str | None = None, donate: bool = True) -> Implementation:
-        """What a call with ``dtype`` inputs runs now (the module doc's four rules)."""
+    def chosen(self, dtype=None, donate: bool = True) -> Implementation:
+        """What a call with ``dtype`` inputs (a dtype or its name; None: float32) runs now
+        (the module doc's four rules)."""
         if _state["reference"]:
             return self.reference
         if self.override is not None:
             return self.override
-        key = (backend.backend_name(), dtype or "float32", donate)
+        key = (backend.backend_name(), dtype, donate)
         impl = self._memo.get(key)
         if impl is None:
-            impl = self._memo[key] = self.default_for(*key)
+            name = dtype if isinstance(dtype, str) else getattr(dtype, "name", "float32")
+            impl = self._memo[key] = self.default_for(key[0], name, donate)
         return impl
 
     # -- calls -----------------------------------------------------------------------------
     def forward(self, *args, donate: bool = False, **kwargs):
         """``(out, Cache)`` of the chosen implementation; ``donate=True``: the caller gives
         up the inputs the op may work in (it never reads them again)."""
-        return self.forward_with(self.chosen(_dtype_of(args), donate), args, kwargs, donate)
+        impl = self.chosen(_dtype_of(args), donate)
+        if donate and _state["poison"]:
+            args = self._poisoned_args(args)
+        out, value = impl.forward(*args, **kwargs)
+        return out, Cache(impl, value)
 
     def forward_with(self, impl: Implementation, args, kwargs, donate: bool = False):
         """``impl``'s forward under the donation rules (and the debug switch)."""
         if donate and _state["poison"]:
-            args = tuple(_poisoned(a) if i < len(self.inputs) and self.inputs[i] in
-                         self.donatable else a for i, a in enumerate(args))
+            args = self._poisoned_args(args)
         out, value = impl.forward(*args, **kwargs)
         return out, Cache(impl, value)
+
+    def _poisoned_args(self, args):
+        return tuple(_poisoned(a) if i < len(self.inputs) and self.inputs[i] in self.donatable
+                     else a for i, a in enumerate(args))
 
     def backward(self, dout, cache: Cache, *more, donate: bool = False):
         """The gradients of the inputs, by the implementation that made ``cache``;
@@ -236,12 +245,14 @@ class Op:
         return cache.impl
 
 
-def _dtype_of(args) -> str | None:
-    """The dtype of the first floating array among ``args`` (None: none)."""
+def _dtype_of(args):
+    """The dtype of the first floating array among ``args`` (None: none). The dtype
+    object, not its ``name``: NumPy computes a dtype's name in Python, several
+    microseconds a call."""
     for a in args:
         dt = getattr(a, "dtype", None)
         if dt is not None and dt.kind == "f":
-            return dt.name
+            return dt
     return None
 
 
