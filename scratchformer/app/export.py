@@ -128,6 +128,10 @@ def refusal(model, tokenizer) -> str | None:
         return f"LayerNorm epsilon {cfg.ln_eps:g}: Marian's is fixed at {MARIAN_LN_EPS:g}"
     if cfg.activation not in ACTIVATIONS:
         return f"the {cfg.activation} activation has no transformers name"
+    if cfg.attention_bias:
+        return "biases on the attention projections: the export writes zero biases"
+    if not cfg.scale_embedding:
+        return "unscaled embeddings: the export writes Marian's sqrt(d_model) scaling"
     if getattr(tokenizer, "kind", None) != "spm-bpe":
         return (
             f"a {getattr(tokenizer, 'kind', type(tokenizer).__name__)} tokenizer: export "

@@ -8,13 +8,18 @@ with the analytic gradient from the hand-written backward pass by
 
 the largest disagreement relative to the scale of the checked entries (so an entry
 that is nearly zero does not turn round-off into a false failure, while any entry off
-by more than ``tol`` of the tensor's scale fails).
+by more than ``tol`` of the tensor's scale fails). A tensor whose gradient is zero (an
+attention's key bias: the softmax does not see a constant added to a row of logits) is
+below what a difference quotient resolves, about ``eps * |L| / h``: rounding alone then
+decides its relative error. Such a row passes as zero (``resolution``) when both sides
+are below that resolution, and says so; a wrong gradient of any size above it fails.
 
 Three entry points, one engine:
 
     check_op(linear_forward, linear_backward, x, W, b)      # a pure op
     check_module(layer, x, mask, rng=7)                     # a module: inputs + params
     check_model(model, src, tgt_in, tgt_out, rng=7)         # the whole model's loss
+    check_model(lm, ids, targets, rng=7)                    # (any model's loss_forward)
 
 and, for models too large to check entry by entry, directional derivatives:
 
@@ -42,6 +47,19 @@ from scratchformer.engine.backend import xp
 DEFAULT_TOL = 1e-6
 DEFAULT_H = 1e-6
 DIRECTIONAL_H = 1e-7  # RMS step per entry; see check_directions for why smaller
+#: the step for a model without kinks (GELU, no ReLU), entries and directions alike: there
+#: rounding, about eps*|L|/h, is what limits a check (at GPT-2's loss of ln V ~ 8, 2e-9 at
+#: h = 1e-6, against gradients as small as 1e-4 in its attention), a larger step lowers it,
+#: and truncation (about h^2 |f'''| / 6) stays far below at 1e-5
+SMOOTH_H = 1e-5
+
+
+def default_step(model, directions: bool) -> float:
+    """The step a check of ``model`` takes by default: ``SMOOTH_H`` for a model without
+    kinks (its activation GELU), else ``DIRECTIONAL_H`` or ``DEFAULT_H``."""
+    if getattr(getattr(model, "config", None), "activation", "relu") != "relu":
+        return SMOOTH_H
+    return DIRECTIONAL_H if directions else DEFAULT_H
 
 
 def rel_error(a, n) -> float:
@@ -67,6 +85,27 @@ def rounding_floor(loss: float, scale: float, h: float, dtype="float64") -> floa
     return eps * abs(loss) / h / max(1e-8, 2 * scale)
 
 
+#: how many units of ``eps * |L| / h`` a difference quotient may be off by rounding alone:
+#: each loss is a sum of many rounded terms, computed to a few ulps of ``|L|``
+ROUNDING_ULPS = 16
+
+
+def resolution(loss: float, h: float, dtype="float64") -> float:
+    """The smallest derivative a central difference with step ``h`` resolves for a loss of
+    size ``loss``: ``ROUNDING_ULPS * eps * |L| / h``. A gradient and a difference quotient
+    both below it agree that the derivative is zero to within rounding."""
+    eps = float(backend.np.finfo(dtype).eps)
+    return ROUNDING_ULPS * eps * abs(loss) / h
+
+
+def _verdict(ana, num, tol: float, floor: float) -> tuple[bool, bool]:
+    """``(passed, zero)`` of a row: within ``tol`` relative error, or both sides below
+    the resolution ``floor`` (a zero gradient, to within rounding)."""
+    a, n = backend.asnumpy(ana), backend.asnumpy(num)
+    zero = bool(a.size) and float((abs(a) + abs(n)).max()) <= floor
+    return rel_error(a, n) < tol or zero, zero and rel_error(a, n) >= tol
+
+
 @dataclass
 class GradCheckRow:
     name: str  # input or parameter name
@@ -82,6 +121,7 @@ class GradCheckRow:
     indices: list | None = field(default=None, repr=False)
     numeric: object = field(default=None, repr=False)  # host float64 (checked,)
     analytic: object = field(default=None, repr=False)  # host float64 (checked,)
+    zero: bool = False  # passed as zero: both sides below the check's resolution
 
 
 @dataclass
@@ -95,7 +135,9 @@ class GradReport:
 
     @property
     def max_rel_error(self) -> float:
-        return max((r.max_rel_error for r in self.rows), default=0.0)
+        """The largest relative error of the rows not passed as zero (whose relative
+        error is rounding's)."""
+        return max((r.max_rel_error for r in self.rows if not r.zero), default=0.0)
 
     def __getitem__(self, name) -> GradCheckRow:
         for r in self.rows:
@@ -117,6 +159,8 @@ class GradReport:
             shape = "x".join(map(str, r.shape)) or "scalar"
             checked = f"{r.checked}/{r.total}"
             status = "ok" if r.passed else "FAIL"
+            if r.zero:
+                status += " (zero)"
             if r.redrawn:
                 status += f" ({r.redrawn} redrawn)"
             lines.append(
@@ -124,6 +168,12 @@ class GradReport:
                 f"{r.max_abs_error:>11.2e}  {status}"
             )
         n_fail = len(self.failures())
+        if any(r.zero for r in self.rows):
+            lines.append(
+                "(zero): a gradient zero to within what central differences resolve here "
+                f"(both sides below {ROUNDING_ULPS} eps |L| / h): its relative error is "
+                "rounding's"
+            )
         lines.append(
             f"{len(self.rows) - n_fail} passed, {n_fail} failed "
             f"(tolerance {self.tol:.0e}, largest relative error {self.max_rel_error:.2e})"
@@ -183,6 +233,7 @@ def check_gradients(
     ``progress``: called with the number of entries of each tensor once it is checked."""
     sampler = backend.host_rng(seed)
     report = GradReport(tol=tol)
+    floor = resolution(float(f()), h) if arrays else 0.0
     for name, x in arrays.items():
         g = analytic[name]
         if tuple(g.shape) != tuple(x.shape):
@@ -192,6 +243,7 @@ def check_gradients(
         ana = backend.asnumpy(g).reshape(-1)[idx].astype(float)
         rel = rel_error(ana, num)
         abs_err = float(abs(ana - num).max()) if idx else 0.0
+        passed, zero = _verdict(ana, num, tol, floor)
         report.rows.append(
             GradCheckRow(
                 name,
@@ -200,10 +252,11 @@ def check_gradients(
                 abs_err,
                 len(idx),
                 int(x.size),
-                rel < tol,
+                passed,
                 indices=idx,
                 numeric=num,
                 analytic=ana,
+                zero=zero,
             )
         )
         if progress is not None:
@@ -331,10 +384,7 @@ def check_module(
 
 def check_model(
     model,
-    src,
-    tgt_in,
-    tgt_out,
-    *,
+    *batch,
     rng=None,
     eps_ls=None,
     tol=DEFAULT_TOL,
@@ -344,13 +394,15 @@ def check_model(
     names=None,
     progress=None,
 ) -> GradReport:
-    """Check every parameter of a whole encoder-decoder's label-smoothed loss.
+    """Check every parameter of a whole model's label-smoothed loss on ``batch``, what
+    its ``loss_forward`` takes: ``(src, tgt_in, tgt_out)`` for the encoder-decoder,
+    ``(ids, targets)`` for the language model, ``(ids, labels)`` for the classifier.
 
     ``rng=<int>`` turns dropout on with replayed masks. Large tensors are checked on a
     seeded sample of ``max_entries`` entries (None checks all); ``names`` restricts the
     check to some parameters; ``progress`` is as for ``check_gradients``.
     """
-    params, grads, f = _model_loss(model, xp.float64, (src, tgt_in, tgt_out), rng, eps_ls, names)
+    params, grads, f = _model_loss(model, xp.float64, batch, rng, eps_ls, names)
     if names is not None:
         params = {k: params[k] for k in names}
     analytic = {k: grads[k] for k in params}
@@ -361,10 +413,7 @@ def check_model(
 
 def check_directions(
     model,
-    src,
-    tgt_in,
-    tgt_out,
-    *,
+    *batch,
     directions: int = 1,
     rng=None,
     eps_ls=None,
@@ -376,7 +425,8 @@ def check_directions(
     names=None,
     progress=None,
 ) -> GradReport:
-    """Directional checks of a whole encoder-decoder's loss: seconds at any size.
+    """Directional checks of a whole model's loss on ``batch`` (as ``check_model``'s):
+    seconds at any size.
 
     For a direction ``v`` (Gaussian, scaled to an RMS of 1 per entry, so ``h`` is the
     typical step of one entry, as in the entry-by-entry check) the directional
@@ -409,17 +459,17 @@ def check_directions(
     rows; ``progress`` is called with 1 after every direction.
     """
     np = backend.np
-    batch = (src, tgt_in, tgt_out)
     params, grads, loss = _model_loss(model, getattr(xp, dtype), batch, rng, eps_ls, names)
     sampler = backend.host_rng(seed)
     report = GradReport(tol=tol)
+    floor = resolution(loss(), h, dtype)
 
     def row(label: str, group: list[str]) -> None:
         ana, num, redrawn = np.empty(directions), np.empty(directions), 0
         for k in range(directions):
             for attempt in range(retries + 1):
                 ana[k], num[k] = _one_direction(params, grads, group, sampler, h, loss)
-                if rel_error(ana[k : k + 1], num[k : k + 1]) < tol or attempt == retries:
+                if _verdict(ana[k : k + 1], num[k : k + 1], tol, floor)[0] or attempt == retries:
                     break
                 redrawn += 1
             if progress is not None:
@@ -428,8 +478,9 @@ def check_directions(
         shape = tuple(params[group[0]].shape) if len(group) == 1 else (size,)
         err = float(abs(ana - num).max())
         rel = rel_error(ana, num)
+        passed, zero = _verdict(ana, num, tol, floor)
         report.rows.append(
-            GradCheckRow(label, shape, rel, err, directions, size, rel < tol, redrawn)
+            GradCheckRow(label, shape, rel, err, directions, size, passed, redrawn, zero=zero)
         )
 
     for name in names if names is not None else params:
@@ -448,10 +499,12 @@ def _model_loss(model, dtype, batch, rng, eps_ls, names):
     def fresh_rng():
         return device.fork(base) if base is not None else None
 
-    def loss() -> float:
-        return float(m.loss_forward(*batch, rng=fresh_rng(), eps_ls=eps_ls)[0])
+    smoothing = {} if eps_ls is None else {"eps_ls": eps_ls}  # None: the model's own
 
-    _, cache = m.loss_forward(*batch, rng=fresh_rng(), eps_ls=eps_ls)
+    def loss() -> float:
+        return float(m.loss_forward(*batch, rng=fresh_rng(), **smoothing)[0])
+
+    _, cache = m.loss_forward(*batch, rng=fresh_rng(), **smoothing)
     m.zero_grad()
     m.loss_backward(cache)
     params, grads = m.parameters(), m.gradients()

@@ -20,7 +20,8 @@ from scratchformer.engine.errors import (
     StateDictError,
     TokenError,
 )
-from scratchformer.engine.models import Transformer, TransformerConfig
+from scratchformer.engine.models import LanguageModel, Transformer, TransformerConfig
+from scratchformer.engine.models.classifier import EncoderClassifier
 from scratchformer.engine.nn import Dropout, PositionwiseFeedForward
 
 pytestmark = pytest.mark.usefixtures("backend")
@@ -202,7 +203,7 @@ CONFIG_ERRORS = [
     (dict(norm="sandwich"), "norm='sandwich': expected 'post' or 'pre'"),
     (dict(share_embeddings="encoder"), "share_embeddings='encoder'"),
     (dict(activation="tanh"), "activation='tanh'"),
-    (dict(pad_id=13), "pad_id=13 is outside the vocabulary of 13"),
+    (dict(pad_id=14), "pad_id=14 is outside the vocabulary of 13"),
     (dict(eos_id=-1), "eos_id=-1 is outside the vocabulary"),
     (dict(max_len=0), "max_len must be >= 1"),
     (dict(src_vocab_size=7), "src_vocab_size needs share_embeddings"),
@@ -223,6 +224,17 @@ def test_invalid_config_values(overrides, match):
     """Each invalid configuration value is a ValueError whose message names it."""
     with pytest.raises(ValueError, match=match):
         TransformerConfig.preset("tiny", **{"vocab_size": V, **overrides})
+
+
+def test_padding_outside_the_vocabulary_is_for_the_language_model_only(backend):
+    """``pad_id = vocab_size`` (padding that is no token, GPT-2's) builds a language
+    model; the encoder-decoder and the classifier refuse it in one line."""
+    cfg = TransformerConfig.preset("tiny", vocab_size=V, pad_id=V)
+    assert cfg.pad_outside
+    LanguageModel(cfg)
+    for cls in (Transformer, EncoderClassifier):
+        with pytest.raises(ValueError, match="pad_id = vocab_size .* is for the decoder-only"):
+            cls(cfg, *(() if cls is Transformer else (3,)))
 
 
 def test_unknown_preset_and_unknown_keys():

@@ -14,7 +14,8 @@ import pytest
 
 from scratchformer.engine import backend as B
 from scratchformer.engine.gradcheck import check_model
-from scratchformer.engine.models import Transformer, TransformerConfig
+from scratchformer.engine.models import LanguageModel, Transformer, TransformerConfig
+from scratchformer.engine.models.classifier import EncoderClassifier
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -110,3 +111,65 @@ def test_whole_model_all_entries_of_small_tensors():
     assert report.passed, report.table()
     row = report["embed.E"]
     assert row.checked == row.total == V * 16
+
+
+# -- the options GPT-2 and Marian need -------------------------------------------------------
+def gpt2_like(**overrides):
+    """A language model with GPT-2's options: pre-LN, learned positions, GELU, attention
+    biases, unscaled embeddings, <|endoftext|> as <bos> and <eos> (id V - 1) and padding
+    that is no token (pad_id = V); biases set non-zero (they start at zero)."""
+    kw = dict(vocab_size=V, N=2, norm="pre", positions="learned", activation="gelu",
+              attention_bias=True, scale_embedding=False, pad_id=V, bos_id=V - 1,
+              eos_id=V - 1, P_drop=0.1, P_drop_attn=0.1, eps_ls=0.0)
+    m = LanguageModel(TransformerConfig.preset("tiny", **{**kw, **overrides}))
+    r = np.random.default_rng(9)
+    for name, p in m.parameters().items():
+        if ".b_" in name or name.endswith(".beta"):
+            p[...] = B.asarray(0.1 * r.standard_normal(p.shape))
+    return m
+
+
+def lm_batch(seed=0, pad=V, bos=V - 1, eos=V - 1):
+    """ids (B=3, T=6) = <bos> x, targets = x <eos>, rows of 6, 4 and 2 padded with ``pad``;
+    <bos>/<eos> also inside a row, as <|endoftext|> is between documents."""
+    r = np.random.default_rng(seed)
+    ids, targets = np.full((3, 6), pad), np.full((3, 6), pad)
+    for b, n in enumerate([6, 4, 2]):
+        x = r.integers(0, V - 1, n)
+        x[n // 2] = eos
+        ids[b, :n], targets[b, :n] = np.r_[bos, x[:-1]], np.r_[x[:-1], eos]
+    return B.asarray(ids), B.asarray(targets)
+
+
+def test_language_model_with_gpt2_options_every_parameter():
+    """Every parameter of a GPT-2-like language model, every entry, dropout replayed;
+    the keys' biases pass as zero (the softmax does not see q.b_k, the same on a row)."""
+    m = gpt2_like()
+    report = check_model(m, *lm_batch(), rng=5, max_entries=None)
+    assert_every_parameter_passes(report, m)
+    keys = [r for r in report.rows if r.name.endswith(".b_k")]
+    assert len(keys) == 2 and all(float(abs(r.analytic).max()) < 1e-12 for r in keys)
+    assert not any(r.zero for r in report.rows if r not in keys)
+    assert "decoder.layers.1.self_attn.b_o" in report_names(report)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_whole_model_with_attention_biases_unscaled_embeddings(norm):
+    """The encoder-decoder with biases on every attention (self and cross) and no
+    sqrt(d_model) on its embeddings (Marian scales them, GPT-2 does not)."""
+    m = model(norm=norm, attention_bias=True, scale_embedding=False)
+    r = np.random.default_rng(4)
+    for name, p in m.parameters().items():
+        if ".b_" in name:
+            p[...] = B.asarray(0.1 * r.standard_normal(p.shape))
+    report = check_model(m, *batch(5), rng=3)
+    assert_every_parameter_passes(report, m)
+    assert "decoder.layers.0.cross_attn.b_v" in report_names(report)
+
+
+def test_classifier_with_attention_biases():
+    cfg = TransformerConfig.preset("tiny", vocab_size=V, attention_bias=True, P_drop=0.1)
+    m = EncoderClassifier(cfg, 3)
+    src, _, _ = batch(6)
+    report = check_model(m, src, B.asarray(np.array([0, 2, 1])), rng=3)
+    assert_every_parameter_passes(report, m)

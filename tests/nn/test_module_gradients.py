@@ -124,6 +124,20 @@ class TiedEmbedding(Module):
         return dh
 
 
+def test_embedding_padding_outside_the_vocabulary_unscaled():
+    """pad_id = V (padding that is no token, GPT-2's), no scaling (GPT-2's): dE of the
+    real positions only; a padded position embeds to zero and gives row 0 (which it
+    reads) nothing."""
+    m = unit_scale(Embedding(V, D, pad_id=V, scale=1.0))
+    ids = B.asarray(np.array([[3, 0, 3, V], [10, 4, V, V]]))
+    assert_passed(check_module(m, ids), m)
+    out, cache = m.forward(ids)
+    np.testing.assert_array_equal(B.asnumpy(out[1, 2:]), np.zeros((2, D)))
+    m.zero_grad()
+    m.backward(B.asarray(np.ones((Bsz, T, D))), cache)
+    np.testing.assert_array_equal(B.asnumpy(m.grads["E"][0]), np.ones(D))  # once, at [0, 1]
+
+
 def test_embedding_tied_projection():
     """Embedding.project: both uses of E (lookup and h E^T) add into one gradient."""
     m = unit_scale(TiedEmbedding())
@@ -192,9 +206,9 @@ def test_positionwise_feed_forward(activation):
 class SelfAttention(Module):
     """Self-attention: the same x as queries and keys/values; dx sums both uses."""
 
-    def __init__(self):
+    def __init__(self, bias=False):
         super().__init__()
-        self.attn = MultiHeadAttention(D, H, d_k=DK, d_v=DV, P_drop_attn=0.2)
+        self.attn = MultiHeadAttention(D, H, d_k=DK, d_v=DV, P_drop_attn=0.2, bias=bias)
 
     def forward(self, x, mask, rng=None):
         return self.attn.forward(x, x, mask, rng)
@@ -234,6 +248,30 @@ def test_multi_head_self_attention_padding():
     m = unit_scale(SelfAttention())
     mask = padding_mask(src_ids(), PAD)
     assert_passed(check_module(m, randn(0, Bsz, S, D), mask, rng=2), m, ["x"])
+
+
+def test_multi_head_self_attention_with_biases():
+    """attention_bias (GPT-2, Marian): b_q b_k b_v b_o beside the weights, causal and
+    padded. b_k's gradient is zero (a constant q.b_k on every logit of a query's row,
+    which the softmax does not see): the check passes it as zero to within rounding."""
+    m = unit_scale(SelfAttention(bias=True))
+    assert [k for k in m.parameters() if ".b_" in k] == [f"attn.b_{c}" for c in "qkvo"]
+    mask = causal_mask(T)[None, None] & padding_mask(tgt_ids(), PAD)
+    report = check_module(m, randn(0, Bsz, T, D), mask, rng=2)
+    assert_passed(report, m, ["x"])
+    assert [r.name for r in report.rows if r.zero] == ["attn.b_k"]
+    _, cache = m.forward(randn(0, Bsz, T, D), mask)
+    m.zero_grad()
+    m.backward(randn(2, Bsz, T, D), cache)
+    assert float(abs(B.asnumpy(m.attn.grads["b_k"])).max()) < 1e-12
+    assert float(abs(B.asnumpy(m.attn.grads["b_q"])).max()) > 1e-3
+
+
+def test_multi_head_cross_attention_with_biases():
+    m = unit_scale(MultiHeadAttention(D, H, d_k=DK, d_v=DV, P_drop_attn=0.2, bias=True))
+    x_q, x_kv = randn(0, Bsz, T, D), randn(1, Bsz, S, D)
+    report = check_module(m, x_q, x_kv, padding_mask(src_ids(), PAD), rng=2)
+    assert_passed(report, m, ["x_q", "x_kv"])
 
 
 def test_multi_head_cross_attention():

@@ -301,3 +301,34 @@ def test_cross_entropy_without_pad_id():
         cross_entropy_forward, cross_entropy_backward, logits, targets_with_padding(), 0.1, None
     )
     assert_passed(report, "logits")
+
+
+@pytest.mark.parametrize("impl", implementations("cross_entropy"))
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_cross_entropy_with_padding_outside_the_vocabulary(eps, impl):
+    """pad_id = V (padding that is no token, GPT-2's): the rows are dropped as pad rows
+    are, the loss and dlogits bit for bit those of the same batch padded with a pad id
+    inside the vocabulary (0, which no kept target holds)."""
+    logits = randn(0, 3, 4, 7) * 2.0
+    inside = targets_with_padding()
+    outside = B.asarray(np.where(B.asnumpy(inside) == 0, 7, B.asnumpy(inside)))
+    assert_passed(check_op(*runs_here(impl), logits, outside, eps, 7), "logits")
+    forward, backward = runs_here(impl)
+    results = []
+    for target, pad in ((inside, 0), (outside, 7)):
+        loss, cache = forward(logits.copy(), target, eps, pad)
+        results.append((B.asnumpy(loss), B.asnumpy(backward(1.0, cache))))
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_label_smoothed_nll_with_padding_outside_the_vocabulary():
+    lprobs, _ = log_softmax_forward(randn(0, 3, 4, 7))
+    inside = B.asnumpy(targets_with_padding())
+    outside = B.asarray(np.where(inside == 0, 7, inside))
+    report = check_op(label_smoothed_nll_forward, label_smoothed_nll_backward, lprobs, outside,
+                      0.1, 7)
+    assert_passed(report, "lprobs")
+    a, _ = label_smoothed_nll_forward(lprobs, B.asarray(inside), 0.1, 0)
+    b, _ = label_smoothed_nll_forward(lprobs, outside, 0.1, 7)
+    assert float(a) == float(b)

@@ -6,8 +6,9 @@
             renormalise, draw; feed the drawn token back (one new position per row)
 
 ``temperature`` -> 0 is greedy (argmax); ``top_k = 0`` keeps the whole vocabulary.
-<pad> and <bos> are never drawn; a row that draws <eos> stops (its later draws are
-ignored). All rows of a batch share the prompt length (``generate`` groups by length).
+<pad> and <bos> are never drawn (a <bos> that is also <eos> may be: it ends the sample);
+a row that draws <eos> stops (its later draws are ignored). All rows of a batch share
+the prompt length (``generate`` groups by length).
 
 Dimension key: ``R`` rows (samples), ``P`` prompt length, ``V`` vocabulary.
 """
@@ -85,7 +86,9 @@ def generate(
     tokens = np.tile(np.asarray(prompt, dtype=np.int64), (num_samples, 1))
     out = [[] for _ in range(num_samples)]
     done = np.zeros(num_samples, dtype=bool)
-    banned = (cfg.pad_id, cfg.bos_id)
+    # <pad> and <bos> are never drawn, but a <bos> that is also <eos> ends a sample (GPT-2's
+    # <|endoftext|>), and padding that is no token (pad_id = vocab_size) has no logit
+    banned = tuple(i for i in (cfg.pad_id, cfg.bos_id) if i < cfg.vocab_size and i != cfg.eos_id)
     for _ in range(max_new):
         logits = model.decode_step(tokens, kv)[:, -1]  # (R, V)
         nxt = sample_next(logits, temperature, top_k, rng, banned)  # (R,) host

@@ -15,7 +15,6 @@ Dimension key: ``B`` batch, ``S`` length, ``D`` d_model, ``V`` vocabulary, ``C``
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from scratchformer.engine import backend, device
@@ -92,7 +91,7 @@ class EncoderClassifier(Module):
         self.config = cfg = config
         self.num_classes = int(num_classes)
         rng = backend.host_rng(cfg.seed)
-        self.embed = Embedding(cfg.vocab_size, cfg.d_model, cfg.pad_id, math.sqrt(cfg.d_model), rng)
+        self.embed = Embedding(cfg.vocab_size, cfg.d_model, cfg.pad_id, cfg.embedding_scale, rng)
         self.encoder = Encoder(cfg, cfg.N, rng)
         self.head = ClassificationHead(cfg.d_model, num_classes, cfg.P_drop, rng)
 

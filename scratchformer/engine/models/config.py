@@ -7,6 +7,7 @@ Table 3 rows; ``base-A1`` ... ``base-E`` are the Table 3 ablations of the base m
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from scratchformer.engine.errors import ConfigError, ScratchformerError, need, wrong_field_types
@@ -33,7 +34,10 @@ class TransformerConfig:
     share_embeddings: str = "all"  # "all": src = tgt = output; "decoder": tgt = output; "none"
     activation: str = "relu"  # "relu" (the paper) or "gelu"
     ln_eps: float = 1e-5  # LayerNorm epsilon
-    pad_id: int = 0  # padding token id: masked in attention, ignored by the loss
+    # padding token id: masked in attention, ignored by the loss. A decoder-only model
+    # may set it to vocab_size: padding is then no token of the vocabulary (GPT-2 has
+    # none), never looked up, predicted or drawn
+    pad_id: int = 0
     bos_id: int = 1  # beginning of sentence: the first decoder input
     eos_id: int = 2  # end of sentence: the last decoder output
     src_vocab_size: int | None = None  # only when share_embeddings != "all"
@@ -51,6 +55,11 @@ class TransformerConfig:
     local_block: int = 64  # block size of local attention
     # query block size for memory-efficient attention (None: dense)
     attention_block: int | None = None
+    # biases b_q b_k b_v b_o on the attention projections (the paper has none; GPT-2
+    # and Marian have them)
+    attention_bias: bool = False
+    # multiply the token embeddings by sqrt(d_model) (the paper, Marian; GPT-2: False)
+    scale_embedding: bool = True
     extra: dict = field(default_factory=dict)  # free-form notes kept with checkpoints
 
     def __post_init__(self):
@@ -61,6 +70,17 @@ class TransformerConfig:
     @property
     def src_vocab(self) -> int:
         return self.src_vocab_size or self.vocab_size
+
+    @property
+    def pad_outside(self) -> bool:
+        """Padding is no token of the vocabulary: ``pad_id == vocab_size`` (one
+        vocabulary: no separate ``src_vocab_size``)."""
+        return self.pad_id == self.vocab_size and self.src_vocab_size is None
+
+    @property
+    def embedding_scale(self) -> float:
+        """What the token embeddings are multiplied by: sqrt(d_model), or 1."""
+        return math.sqrt(self.d_model) if self.scale_embedding else 1.0
 
     def validate(self) -> None:
         """Raise ConfigError (a ValueError) naming the first field that is wrong."""
@@ -109,6 +129,8 @@ class TransformerConfig:
         )
         for name in ("pad_id", "bos_id", "eos_id"):
             i = getattr(self, name)
+            if name == "pad_id" and self.pad_outside:
+                continue  # padding that is no token of the vocabulary (see the field)
             need(
                 0 <= i < min(self.vocab_size, self.src_vocab),
                 f"{name}={i} is outside the vocabulary of {min(self.vocab_size, self.src_vocab)}",
@@ -201,6 +223,12 @@ def check_config(config, who: str) -> None:
 
     backend.require_env_backend()
     if isinstance(config, TransformerConfig):
+        if config.pad_outside and who != "LanguageModel":
+            raise ConfigError(
+                f"{who}(config): pad_id = vocab_size (padding that is no token of the "
+                "vocabulary) is for the decoder-only LanguageModel: give a pad_id below "
+                f"{config.vocab_size}"
+            )
         return
     how = "TransformerConfig(**d)" if isinstance(config, dict) else "TransformerConfig(...)"
     raise ConfigError(

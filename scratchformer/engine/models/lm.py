@@ -4,12 +4,18 @@
     logits = h E^T                                the output projection shares E, unscaled
     loss   = cross-entropy(logits, next tokens), mean over non-pad targets
 
+GPT-2 is this model with its options: pre-LN, learned positions, GELU, biases on the
+attention projections (``attention_bias``), no sqrt(D) on the embeddings
+(``scale_embedding=False``), and padding that is no token (``pad_id = vocab_size``: ids
+and targets may hold it; it is masked, ignored by the loss, never looked up or drawn).
+
 Any self-attention variant of the config works (``attention``: dense, relative,
 relative_skew, local); decoding (``init_kv`` / ``decode_step``, and ``generate`` in
 scratchformer/engine/decode/sample.py) advances a ``KVCache`` one position at a time.
 
 Parameter names: ``embed.E`` (V, D); ``decoder.pos.P`` (learned positions only);
-``decoder.layers.{i}.self_attn.W_q|W_k|W_v|W_o`` (+ ``E_k|E_v`` or ``E_r``);
+``decoder.layers.{i}.self_attn.W_q|W_k|W_v|W_o`` (+ ``b_q|b_k|b_v|b_o`` with
+``attention_bias``; + ``E_k|E_v`` or ``E_r``);
 ``decoder.layers.{i}.self_attn_norm.gamma|beta``, ``...ffn.W_1|b_1|W_2|b_2``,
 ``...ffn_norm.gamma|beta``; ``decoder.norm.gamma|beta`` (pre-LN only).
 
@@ -18,7 +24,6 @@ Dimension key: ``B`` batch, ``T`` length, ``D`` d_model, ``V`` vocabulary, ``R``
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from scratchformer.engine import backend, device
@@ -53,8 +58,10 @@ class LanguageModel(Module):
         super().__init__()
         self.config = cfg = config
         rng = backend.host_rng(cfg.seed)
-        self.embed = Embedding(cfg.vocab_size, cfg.d_model, cfg.pad_id, math.sqrt(cfg.d_model), rng)
+        self.embed = Embedding(cfg.vocab_size, cfg.d_model, cfg.pad_id, cfg.embedding_scale, rng)
         self.decoder = CausalStack(cfg, cfg.N, rng)
+        # ids and targets may hold the padding id, which is vocab_size when it is no token
+        self.id_bound = cfg.vocab_size + int(cfg.pad_outside)
 
     def mask(self, ids):
         """Self-attention mask: (B, 1, 1, T), True at real tokens; the stack's attention
@@ -63,7 +70,7 @@ class LanguageModel(Module):
 
     def forward(self, ids, rng=None):
         """ids (B, T) int  ->  logits (B, T, V), cache. ``rng`` turns dropout on."""
-        ids = check_ids(ids, self.config.vocab_size, self.config.max_len, "ids", "(B, T)")
+        ids = check_ids(ids, self.id_bound, self.config.max_len, "ids", "(B, T)")
         device.check_generator(rng)
         x, c_emb = self.embed.forward(ids)  # (B, T, D), scaled
         h, c_dec = self.decoder.forward(x, self.mask(ids), rng)
@@ -84,7 +91,7 @@ class LanguageModel(Module):
         check_rank(targets, 2, "targets", "(B, T)")
         if targets.shape != ids.shape:
             raise ShapeError(f"targets {tuple(targets.shape)} must match ids {tuple(ids.shape)}")
-        targets = check_token_ids(targets, self.config.vocab_size, "targets")
+        targets = check_token_ids(targets, self.id_bound, "targets")
         logits, c_model = self.forward(ids, rng)
         eps = self.config.eps_ls if eps_ls is None else eps_ls
         # The logits are ours alone: the fused loss turns them into the probabilities.

@@ -16,7 +16,6 @@ Dimension key: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` d_mo
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from scratchformer.engine import backend, device
@@ -73,7 +72,7 @@ class Transformer(Module):
         super().__init__()
         self.config = cfg = config
         rng = backend.host_rng(cfg.seed)
-        scale = math.sqrt(cfg.d_model)
+        scale = cfg.embedding_scale
         self.embed = Embedding(cfg.vocab_size, cfg.d_model, cfg.pad_id, scale, rng)
         if cfg.share_embeddings == "all":
             self.src_embed = self.embed

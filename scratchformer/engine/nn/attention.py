@@ -6,7 +6,10 @@ and the registry of attention variants.
 
 The per-head matrices are stored side by side: ``W_q`` (D, H*Dh), ``W_k`` (D, H*Dh),
 ``W_v`` (D, H*Dv), ``W_o`` (H*Dv, D); a reshape splits the heads, so there is no Python
-loop over heads. No biases, as in the paper's equations.
+loop over heads. No biases, as in the paper's equations; with ``bias=True`` (the config's
+``attention_bias``: GPT-2, Marian) each projection has its own, ``b_q`` (H*Dh,), ``b_k``
+(H*Dh,), ``b_v`` (H*Dv,), ``b_o`` (D,), added by the linear op (``x W + b``) whose
+backward gives ``db = sum of dY over every position``.
 
 The per-head attention between the projections (``attend``) is three steps, each a
 call of an op's table:
@@ -48,7 +51,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from scratchformer.engine import backend, device
-from scratchformer.engine.nn.module import Module, xavier_uniform
+from scratchformer.engine.nn.module import Module, xavier_uniform, zeros
 from scratchformer.engine.ops.attention import attention_core, causal_mask, dot_product_logits
 from scratchformer.engine.ops.linear import linear
 
@@ -119,7 +122,8 @@ def set_attention_block(module, block) -> None:
 
 @register_attention
 class MultiHeadAttention(Module):
-    """Parameters ``W_q W_k W_v W_o``; d_k = d_v = d_model / h unless given (Table 3 A, B).
+    """Parameters ``W_q W_k W_v W_o`` (and ``b_q b_k b_v b_o`` with ``bias``); d_k = d_v =
+    d_model / h unless given (Table 3 A, B).
 
     Three separate projections: self-attention passes the same ``x`` as ``x_q`` and
     ``x_kv``, and its gradient is the sum of the three paths through ``W_q``, ``W_k``
@@ -138,7 +142,8 @@ class MultiHeadAttention(Module):
     attention_block: int | None = None
 
     def __init__(
-        self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None, causal: bool = False
+        self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None, causal: bool = False,
+        bias: bool = False,
     ):
         super().__init__()
         if d_k is None and d_model % h:
@@ -158,12 +163,19 @@ class MultiHeadAttention(Module):
         self.add_parameter("W_k", xavier_uniform(rng, d_model, h * self.d_k))
         self.add_parameter("W_v", xavier_uniform(rng, d_model, h * self.d_v))
         self.add_parameter("W_o", xavier_uniform(rng, h * self.d_v, d_model))
+        if bias:  # zeros, as a Linear's: nothing drawn, the weights above stay as they were
+            self.add_parameter("b_q", zeros(h * self.d_k))
+            self.add_parameter("b_k", zeros(h * self.d_k))
+            self.add_parameter("b_v", zeros(h * self.d_v))
+            self.add_parameter("b_o", zeros(d_model))
 
     @classmethod
     def from_config(cls, cfg, rng, causal: bool = False):
-        """The module a ``TransformerConfig`` asks for: its sizes, its attention dropout
-        and the fields named in ``config_keys``."""
+        """The module a ``TransformerConfig`` asks for: its sizes, its attention dropout,
+        its biases and the fields named in ``config_keys``."""
         own = {key: getattr(cfg, key) for key in cls.config_keys}
+        if cfg.attention_bias:  # passed only when on: a variant's constructor passes it on
+            own["bias"] = True
         return cls(
             cfg.d_model,
             cfg.h,
@@ -176,19 +188,24 @@ class MultiHeadAttention(Module):
         )
 
     def _project(self, x, name: str):
-        """x (B, L, D) @ ``params[name]``, split into heads: (B, H, L, Dh) and its cache."""
-        y, cache = linear.forward(x, self.params[name])  # (B, L, H*Dh)
-        return split_heads(y, self.h), cache
+        """x (B, L, D) @ ``params[name]`` (+ its bias ``b_q|b_k|b_v`` when the module has
+        biases), split into heads: (B, H, L, Dh) and its cache."""
+        y, cache = linear.forward(x, self.params[name], self.params.get(_bias(name)))
+        return split_heads(y, self.h), cache  # (B, H, L, Dh)
 
     def _project_backward(self, dY, cache, name: str):
-        """The reverse of ``_project``: dY (B, H, L, Dh) -> dx (B, L, D); adds dW."""
-        dx, dW, _ = linear.backward(merge_heads(dY), cache)
+        """The reverse of ``_project``: dY (B, H, L, Dh) -> dx (B, L, D); adds dW (and
+        db, the sum of merge(dY) over every position)."""
+        dx, dW, db = linear.backward(merge_heads(dY), cache)
         self.grads[name] += dW
+        if db is not None:
+            self.grads[_bias(name)] += db
         return dx
 
     def _output(self, O):
-        """Concatenate the heads and project: O (B, H, T, Dv) -> (B, T, D) and its cache."""
-        return linear.forward(merge_heads(O), self.params["W_o"])
+        """Concatenate the heads and project: O (B, H, T, Dv) -> (B, T, D) (+ ``b_o``)
+        and its cache."""
+        return linear.forward(merge_heads(O), self.params["W_o"], self.params.get("b_o"))
 
     def forward(self, x_q, x_kv, mask=None, rng=None):
         """x_q (B, T, D), x_kv (B, S, D), mask bool broadcastable to (B, H, T, S)  ->  (B, T, D).
@@ -207,13 +224,16 @@ class MultiHeadAttention(Module):
     def backward(self, dout, cache: MultiHeadAttentionCache):
         """Returns ``(dx_q, dx_kv)``; for self-attention the input's gradient is their sum.
 
-        3. ``dO = split(dout W_o^T)``, ``dW_o += merge(O)^T dout``
+        3. ``dO = split(dout W_o^T)``, ``dW_o += merge(O)^T dout`` (``db_o += sum dout``)
         2. ``dQ, dK, dV = attend_backward(dO)``
         1. ``dx_q = merge(dQ) W_q^T``, ``dx_kv = merge(dK) W_k^T + merge(dV) W_v^T``,
-           ``dW_q += x_q^T merge(dQ)`` (likewise ``dW_k``, ``dW_v``)
+           ``dW_q += x_q^T merge(dQ)`` (likewise ``dW_k``, ``dW_v``; with biases
+           ``db_q += sum merge(dQ)`` over positions, likewise ``db_k``, ``db_v``)
         """
-        dO_merged, dW_o, _ = linear.backward(dout, cache.o_proj)  # (B, T, H*Dv)
+        dO_merged, dW_o, db_o = linear.backward(dout, cache.o_proj)  # (B, T, H*Dv)
         self.grads["W_o"] += dW_o
+        if db_o is not None:
+            self.grads["b_o"] += db_o
         dQ, dK, dV = self.attend_backward(split_heads(dO_merged, self.h), cache.attn)
         dx_q = self._project_backward(dQ, cache.q_proj, "W_q")  # (B, T, D)
         dx_kv = self._project_backward(dK, cache.k_proj, "W_k")  # (B, S, D)
@@ -361,6 +381,11 @@ class MultiHeadAttention(Module):
         lkv.self_v[:, :, length:end] = v_new
         K, V = lkv.self_k[:, :, :end], lkv.self_v[:, :, :end]
         return self.infer(x_new, K, V, offset=length)
+
+
+def _bias(weight: str) -> str:
+    """The bias beside a projection's weight: ``W_q`` -> ``b_q``."""
+    return "b_" + weight[2:]
 
 
 def _mask_rows(mask, i0: int, i1: int):

@@ -40,18 +40,28 @@ class Linear(Module):
         return dx
 
 
+class PaddedLookupCache(NamedTuple):
+    lookup: object  # embedding's cache of the ids with the padding read as row 0
+    keep: object  # (B, T, 1) bool, False at padding: no gradient from there
+
+
 class Embedding(Module):
     """Token embedding ``E`` (V, D), scaled by ``scale`` (the paper's sqrt(d_model)).
 
     The same matrix can serve as the pre-softmax projection (``project``), as the paper
     ties them: both uses add into ``grads["E"]``, each from its own cache.
+
+    ``pad_id == vocab_size``: padding is no token of the vocabulary (a model without a
+    padding token, GPT-2): a padded position embeds to zero (it reads row 0, times 0),
+    so it gives no row a gradient, as the padding row gets none otherwise.
     """
 
     def __init__(self, vocab_size: int, d_model: int, pad_id=None, scale=1.0, rng=None):
         super().__init__()
         rng = rng or backend.host_rng(0)
         E = normal(rng, d_model**-0.5, (vocab_size, d_model))
-        if pad_id is not None:
+        self.pad_outside = pad_id is not None and pad_id >= vocab_size
+        if pad_id is not None and not self.pad_outside:
             E[pad_id] = 0.0
         self.add_parameter("E", E)
         self.vocab_size, self.d_model, self.pad_id, self.scale = vocab_size, d_model, pad_id, scale
@@ -59,7 +69,12 @@ class Embedding(Module):
     def forward(self, ids):
         """ids (B, T) int  ->  (B, T, D) = E[ids] * scale; under ``backend.autocast``
         (mixed precision) in the activations' dtype: where the float16 ones begin."""
-        out, cache = embedding.forward(ids, self.params["E"], self.pad_id)
+        if self.pad_outside:
+            keep = (ids != self.pad_id)[..., None]  # (B, T, 1)
+            out, lookup = embedding.forward(ids * keep[..., 0], self.params["E"], None)
+            out, cache = out * keep, PaddedLookupCache(lookup, keep)  # (B, T, D)
+        else:
+            out, cache = embedding.forward(ids, self.params["E"], self.pad_id)
         if self.scale != 1.0:
             out = out * self.scale
         compute = backend.compute_dtype()
@@ -74,6 +89,8 @@ class Embedding(Module):
         dout = dout.astype(self.params["E"].dtype, copy=False)
         if self.scale != 1.0:
             dout = dout * self.scale
+        if isinstance(cache, PaddedLookupCache):  # padding outside the vocabulary
+            dout, cache = dout * cache.keep, cache.lookup
         embedding.backward_into(self.grads["E"], dout, cache)
 
     def project(self, h):

@@ -52,8 +52,9 @@ class LocalMultiHeadAttention(MultiHeadAttention):
     blockwise = False
 
     def __init__(self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None,
-                 causal: bool = True, local_block: int = 64):
-        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng or backend.host_rng(0), causal)
+                 causal: bool = True, local_block: int = 64, bias: bool = False):
+        rng = rng or backend.host_rng(0)
+        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng, causal, bias)
         if int(local_block) < 1:
             raise ValueError(f"local block size must be >= 1, got {local_block}")
         self.local_block = int(local_block)

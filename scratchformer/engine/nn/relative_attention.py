@@ -32,10 +32,11 @@ class RelativeAttentionBase(MultiHeadAttention):
     config_keys = ("max_relative_position",)
 
     def __init__(self, d_model, h, d_k=None, d_v=None, P_drop_attn=0.0, rng=None,
-                 causal: bool | None = None, max_relative_position: int = 16):
+                 causal: bool | None = None, max_relative_position: int = 16,
+                 bias: bool = False):
         rng = rng or backend.host_rng(0)
         causal = self.causal_only if causal is None else causal
-        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng, causal)
+        super().__init__(d_model, h, d_k, d_v, P_drop_attn, rng, causal, bias)
         k = int(max_relative_position)
         if k < 1:
             raise ValueError(f"max_relative_position must be >= 1, got {k}")

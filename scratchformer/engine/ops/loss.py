@@ -7,6 +7,9 @@ For one non-pad target token with log-probabilities ``lp`` (V,) and target ``y``
 which is the cross-entropy against ``q``: ``q[y] = 1 - eps``, ``q[k] = eps/(V-1)`` for
 ``k != y``. We report the mean over non-pad target tokens; eps = 0 is plain NLL.
 (Older fairseq smoothed with eps/V; tensor2tensor subtracts q's entropy when reporting.)
+A ``pad_id`` of V or more is padding that is no token of the vocabulary (GPT-2 has none):
+its rows are dropped as every pad row is, and their target is read as 0 where an index
+into the scores is needed (``index_targets``).
 
 The reference pairs first: the NLL of log-probabilities, and the training loss of every
 model, ``cross_entropy`` (log-softmax fused with that NLL). What runs by default for the
@@ -32,7 +35,7 @@ from scratchformer.engine.ops.cases import Case, randn, targets
 
 
 class LossCache(NamedTuple):
-    target: object  # (N...) int target ids
+    target: object  # (N...) int target ids (0 at padding that is no token: index_targets)
     keep: object  # (N...) bool, target != pad
     eps: float  # label smoothing
     # The two sums stay arrays of the backend (0-d): reading them on the host would stall
@@ -47,6 +50,15 @@ class LossCache(NamedTuple):
 def _at_least_1(n, dtype):
     """``max(n, 1)`` of a 0-d count, as ``dtype`` (no empty batch divides by 0)."""
     return xp.maximum(n, 1).astype(dtype)
+
+
+def index_targets(target, pad_id, V: int):
+    """``target`` as indices into the scores' last axis: itself, or where the padding id
+    is no token of the vocabulary (``pad_id >= V``) 0 at the padding, whose rows are not
+    kept (only a valid index is needed there)."""
+    if pad_id is None or pad_id < V:
+        return target
+    return xp.where(target == pad_id, 0, target)
 
 
 def smoothing_weights(V: int, eps: float):
@@ -93,6 +105,7 @@ def label_smoothed_nll_forward(lprobs, target, eps: float = 0.0, pad_id: int | N
     off, on = smoothing_weights(lprobs.shape[-1], eps)
     keep = xp.ones(target.shape, dtype=bool) if pad_id is None else target != pad_id
     n_tokens = keep.sum()  # 0-d
+    target = index_targets(target, pad_id, lprobs.shape[-1])
     nll = -xp.take_along_axis(lprobs, target[..., None], axis=-1)[..., 0]  # (N...)
     per_token = on * nll
     if eps:
@@ -129,6 +142,8 @@ def cross_entropy_forward(logits, target, eps: float = 0.0, pad_id: int | None =
     V = logits.shape[-1]
     off, on = smoothing_weights(V, eps)
     x = logits.reshape(-1, V)  # (N, V)
+    keep = xp.ones(target.shape, dtype=bool) if pad_id is None else target != pad_id
+    target = index_targets(target, pad_id, V)
     tgt = target.reshape(-1)  # (N,)
     rows = xp.arange(tgt.shape[0])
     m = x.max(axis=-1, keepdims=True)  # (N, 1)
@@ -143,7 +158,6 @@ def cross_entropy_forward(logits, target, eps: float = 0.0, pad_id: int | None =
     per_token = on * nll
     if eps:
         per_token = per_token + off * (V * lse - sum_z)
-    keep = xp.ones(target.shape, dtype=bool) if pad_id is None else target != pad_id
     keep_flat = keep.reshape(-1)
     n_tokens = keep_flat.sum()  # 0-d
     loss = (per_token * keep_flat).sum() / _at_least_1(n_tokens, logits.dtype)
@@ -174,6 +188,8 @@ def cross_entropy_inplace_forward(logits, target, eps: float = 0.0, pad_id=None)
     V = logits.shape[-1]
     off, on = smoothing_weights(V, eps)
     x = logits.reshape(-1, V)  # (N, V), a view of the logits
+    keep = xp.ones(target.shape, dtype=bool) if pad_id is None else target != pad_id
+    target = index_targets(target, pad_id, V)
     tgt = target.reshape(-1)  # (N,)
     rows = xp.arange(tgt.shape[0])
     m = x.max(axis=-1, keepdims=True)  # (N, 1)
@@ -188,7 +204,6 @@ def cross_entropy_inplace_forward(logits, target, eps: float = 0.0, pad_id=None)
     per_token = on * nll
     if eps:
         per_token = per_token + off * (V * lse - sum_z)
-    keep = xp.ones(target.shape, dtype=bool) if pad_id is None else target != pad_id
     keep_flat = keep.reshape(-1)
     n_tokens = keep_flat.sum()  # 0-d
     loss = (per_token * keep_flat).sum() / xp.maximum(n_tokens, 1).astype(logits.dtype)
