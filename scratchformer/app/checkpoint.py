@@ -38,7 +38,7 @@ import json
 import re
 from pathlib import Path
 
-from scratchformer.app import writer
+from scratchformer.app import compat, writer
 from scratchformer.app.checkpoint_fields import (
     FORMAT,
     META_KEY,
@@ -211,7 +211,7 @@ def _what_it_models(header: dict) -> tuple:
     (``_agree``)."""
     config = header.get("config") or {}
     try:  # resolved, so that a default written out (N_dec = N) equals one left implicit
-        config = TransformerConfig.from_dict(config).to_dict()
+        config = TransformerConfig.from_dict(compat.model_config(config)).to_dict()
     except (TypeError, ValueError):
         pass  # compared as stored; reading the model reports what is wrong with it
     meta = header.get("meta") or {}

@@ -31,6 +31,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scratchformer.app import compat
 from scratchformer.app.checkpoint_fields import (
     FORMAT,
     META_KEY,
@@ -369,7 +370,7 @@ def _read_checked(path) -> tuple:
     with _Reader(path) as reader:
         header = reader.header
         try:
-            config = TransformerConfig.from_dict(header["config"])
+            config = TransformerConfig.from_dict(compat.model_config(header["config"]))
         except (TypeError, ValueError) as e:
             raise CheckpointError(f"checkpoint {path} holds an invalid model config: {e}") from None
         spec = _check_model(header, config, path)

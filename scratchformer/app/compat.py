@@ -6,7 +6,9 @@ version) and the list of what is accepted: docs/compatibility.md.
     configs, --set, checkpoints' stored configs    renamed keys (``RENAMED``), the former
                                                    flat lm/classify settings
                                                    (``FLAT_KEYS``), ``decode = "auto"``
-    checkpoint headers                             no model class (told by the task), no
+    checkpoint headers                             model config fields added since
+                                                   (``ADDED_MODEL_FIELDS``), no model
+                                                   class (told by the task), no
                                                    ``meta.task`` (told by the stored
                                                    config), ``train_state.tokens``, no
                                                    ``ranks`` (one process)
@@ -138,6 +140,17 @@ def task_of(meta: dict):
     return task
 
 
+#: model config fields added since the first checkpoints -> the value every checkpoint
+#: written before them has (so that it reads as the model it was, whatever the default)
+ADDED_MODEL_FIELDS = {"attention_bias": False, "scale_embedding": True}
+
+
+def model_config(config: dict) -> dict:
+    """A checkpoint's stored model config in the current form: the fields added since it
+    was written, at the values its model had (``ADDED_MODEL_FIELDS``)."""
+    return {**ADDED_MODEL_FIELDS, **config}
+
+
 #: train_state counters of earlier versions -> their names now
 TRAIN_STATE_RENAMED = {"tokens": "tokens_seen"}
 
@@ -163,11 +176,13 @@ def split_file(d: Path, split: str, ext: str, former: str) -> Path:
 
 __all__ = [
     "ACCEPTED_UNTIL",
+    "ADDED_MODEL_FIELDS",
     "FLAT_KEYS",
     "RENAMED",
     "TRAIN_STATE_RENAMED",
     "flat_override",
     "migrate_config",
+    "model_config",
     "model_spec_of",
     "split_file",
     "task_of",
