@@ -97,7 +97,10 @@ TOKENIZERS: dict[str, type[Tokenizer]] = {
 }
 #: Tokenizers in their own modules (an optional library behind them), imported on demand;
 #: the module adds itself to ``TOKENIZERS``.
-LAZY_TOKENIZERS = {"spm-bpe": "scratchformer.app.data.bpe"}
+LAZY_TOKENIZERS = {
+    "spm-bpe": "scratchformer.app.data.bpe",
+    "gpt2-bpe": "scratchformer.app.data.gpt2_bpe",
+}
 
 
 class UnknownTokens:
