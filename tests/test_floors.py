@@ -12,13 +12,13 @@ imports nothing of the application or the exercises.
      4  nn                             modules: parameters, gradients, wiring
      5  models                         the Transformer, the language model, the classifier
      6  optim, decode                  Adam, schedules, clipping, loss scaling; decoding
-     7  step, gradcheck                one optimizer step; the gradient checks
+     7  step, gradcheck(_report)       one optimizer step; the gradient checks
     app (and the exercises)
      8  errors, progress, compat,      the application's errors, progress display, older
         writer                         names and files still read, the one writer
      9  data                           vocabularies, tokenizers, batching, data sets
     10  checkpoint*, translate, bleu,  checkpoints; text in, text out; BLEU; plots;
-        viz, export                    the transformers export
+        viz, export, hf_import         the transformers export and import
     11  train, distributed             the one run loop and its tasks; data parallelism
     12  exercises                      graded and trained through the loop
     13  commands, cli, __main__        the command line
@@ -49,13 +49,13 @@ ENGINE = [
     {"engine.nn"},
     {"engine.models"},
     {"engine.optim", "engine.decode"},
-    {"engine.step", "engine.gradcheck"},
+    {"engine.step", "engine.gradcheck", "engine.gradcheck_report"},
 ]
 APP = [
     {"app", "app.errors", "app.progress", "app.compat", "app.writer"},
     {"app.data"},
     {"app.checkpoint", "app.checkpoint_read", "app.checkpoint_fields", "app.translate",
-     "app.bleu", "app.viz", "app.export"},
+     "app.bleu", "app.viz", "app.export", "app.hf_import"},
     {"app.train", "app.distributed"},
     {"exercises"},
     {"app.commands", "app.cli", "__main__"},

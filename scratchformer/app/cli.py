@@ -38,6 +38,7 @@ COMMANDS = [
     "scratchformer.app.commands.train",
     "scratchformer.app.commands.average",
     "scratchformer.app.commands.export",
+    "scratchformer.app.commands.import_model",
     "scratchformer.app.commands.translate",
     "scratchformer.app.commands.evaluate",
     "scratchformer.app.commands.plot",

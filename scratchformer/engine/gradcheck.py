@@ -39,12 +39,20 @@ from __future__ import annotations
 
 import copy
 import inspect
-from dataclasses import dataclass, field
 
 from scratchformer.engine import backend, device
 from scratchformer.engine.backend import xp
+from scratchformer.engine.gradcheck_report import (  # the report's pieces, here too
+    DEFAULT_TOL,
+    ROUNDING_ULPS,
+    GradCheckRow,
+    GradReport,
+    rel_error,
+    resolution,
+    rounding_floor,
+    verdict,
+)
 
-DEFAULT_TOL = 1e-6
 DEFAULT_H = 1e-6
 DIRECTIONAL_H = 1e-7  # RMS step per entry; see check_directions for why smaller
 #: the step for a model without kinks (GELU, no ReLU), entries and directions alike: there
@@ -56,132 +64,11 @@ SMOOTH_H = 1e-5
 
 def default_step(model, directions: bool) -> float:
     """The step a check of ``model`` takes by default: ``SMOOTH_H`` for a model without
-    kinks (its activation GELU), else ``DIRECTIONAL_H`` or ``DEFAULT_H``."""
+    kinks (its activation GELU; directions then extrapolated: ``check_directions``), else
+    ``DIRECTIONAL_H`` or ``DEFAULT_H``."""
     if getattr(getattr(model, "config", None), "activation", "relu") != "relu":
         return SMOOTH_H
     return DIRECTIONAL_H if directions else DEFAULT_H
-
-
-def rel_error(a, n) -> float:
-    """``max|a - n| / max(1e-8, max(|a| + |n|))`` over the entries given."""
-    a, n = backend.asnumpy(a), backend.asnumpy(n)
-    if a.size == 0:
-        return 0.0
-    num = float(abs(a - n).max())
-    den = float((abs(a) + abs(n)).max())
-    return num / max(1e-8, den)
-
-
-def rounding_floor(loss: float, scale: float, h: float, dtype="float64") -> float:
-    """The relative error (``rel_error``) rounding alone gives a central difference of a
-    loss of size ``loss``, against derivatives of size ``scale`` (a tensor's largest
-    gradient entry for entry checks; for directions, its gradient's norm, the size of
-    ``<g, v>``): each loss is computed to about ``eps * |L|`` (``eps``: the dtype's
-    machine epsilon), so the difference quotient is off by about ``eps * |L| / h``, and the
-    denominator is about ``2 * scale``. No tolerance below it can be met at this ``h``; a
-    larger ``h`` lowers it until the truncation error, about ``h**2 |f'''| / 6``, takes
-    over (docs/derivations.md#checking-gradients)."""
-    eps = float(backend.np.finfo(dtype).eps)
-    return eps * abs(loss) / h / max(1e-8, 2 * scale)
-
-
-#: how many units of ``eps * |L| / h`` a difference quotient may be off by rounding alone:
-#: each loss is a sum of many rounded terms, computed to a few ulps of ``|L|``
-ROUNDING_ULPS = 16
-
-
-def resolution(loss: float, h: float, dtype="float64") -> float:
-    """The smallest derivative a central difference with step ``h`` resolves for a loss of
-    size ``loss``: ``ROUNDING_ULPS * eps * |L| / h``. A gradient and a difference quotient
-    both below it agree that the derivative is zero to within rounding."""
-    eps = float(backend.np.finfo(dtype).eps)
-    return ROUNDING_ULPS * eps * abs(loss) / h
-
-
-def _verdict(ana, num, tol: float, floor: float) -> tuple[bool, bool]:
-    """``(passed, zero)`` of a row: within ``tol`` relative error, or both sides below
-    the resolution ``floor`` (a zero gradient, to within rounding)."""
-    a, n = backend.asnumpy(ana), backend.asnumpy(num)
-    zero = bool(a.size) and float((abs(a) + abs(n)).max()) <= floor
-    return rel_error(a, n) < tol or zero, zero and rel_error(a, n) >= tol
-
-
-@dataclass
-class GradCheckRow:
-    name: str  # input or parameter name
-    shape: tuple  # its full shape
-    max_rel_error: float
-    max_abs_error: float
-    checked: int  # entries (or directions) checked
-    total: int  # entries in the tensor
-    passed: bool
-    redrawn: int = 0  # directions drawn again after crossing a kink (check_directions)
-    # the entries checked, for showing which are wrong (entry checks only; None for
-    # directions): flat indices into the tensor, and the numeric and analytic values
-    indices: list | None = field(default=None, repr=False)
-    numeric: object = field(default=None, repr=False)  # host float64 (checked,)
-    analytic: object = field(default=None, repr=False)  # host float64 (checked,)
-    zero: bool = False  # passed as zero: both sides below the check's resolution
-
-
-@dataclass
-class GradReport:
-    rows: list = field(default_factory=list)
-    tol: float = DEFAULT_TOL
-
-    @property
-    def passed(self) -> bool:
-        return all(r.passed for r in self.rows)
-
-    @property
-    def max_rel_error(self) -> float:
-        """The largest relative error of the rows not passed as zero (whose relative
-        error is rounding's)."""
-        return max((r.max_rel_error for r in self.rows if not r.zero), default=0.0)
-
-    def __getitem__(self, name) -> GradCheckRow:
-        for r in self.rows:
-            if r.name == name:
-                return r
-        raise KeyError(name)
-
-    def failures(self) -> list:
-        return [r for r in self.rows if not r.passed]
-
-    def table(self) -> str:
-        """A printable table: parameter, shape, max relative error, status."""
-        w = max([len("parameter")] + [len(r.name) for r in self.rows])
-        lines = [
-            f"{'parameter':<{w}}  {'shape':<14} {'checked':>9}  {'max rel err':>11}  "
-            f"{'max abs err':>11}  status"
-        ]
-        for r in self.rows:
-            shape = "x".join(map(str, r.shape)) or "scalar"
-            checked = f"{r.checked}/{r.total}"
-            status = "ok" if r.passed else "FAIL"
-            if r.zero:
-                status += " (zero)"
-            if r.redrawn:
-                status += f" ({r.redrawn} redrawn)"
-            lines.append(
-                f"{r.name:<{w}}  {shape:<14} {checked:>9}  {r.max_rel_error:>11.2e}  "
-                f"{r.max_abs_error:>11.2e}  {status}"
-            )
-        n_fail = len(self.failures())
-        if any(r.zero for r in self.rows):
-            lines.append(
-                "(zero): a gradient zero to within what central differences resolve here "
-                f"(both sides below {ROUNDING_ULPS} eps |L| / h): its relative error is "
-                "rounding's"
-            )
-        lines.append(
-            f"{len(self.rows) - n_fail} passed, {n_fail} failed "
-            f"(tolerance {self.tol:.0e}, largest relative error {self.max_rel_error:.2e})"
-        )
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.table()
 
 
 def sample_entries(size: int, max_entries, rng):
@@ -243,7 +130,7 @@ def check_gradients(
         ana = backend.asnumpy(g).reshape(-1)[idx].astype(float)
         rel = rel_error(ana, num)
         abs_err = float(abs(ana - num).max()) if idx else 0.0
-        passed, zero = _verdict(ana, num, tol, floor)
+        passed, zero = verdict(ana, num, tol, floor)
         report.rows.append(
             GradCheckRow(
                 name,
@@ -424,6 +311,7 @@ def check_directions(
     seed=0,
     names=None,
     progress=None,
+    extrapolate=False,
 ) -> GradReport:
     """Directional checks of a whole model's loss on ``batch`` (as ``check_model``'s):
     seconds at any size.
@@ -451,6 +339,14 @@ def check_directions(
     wrong gradient fails along every direction; a kink crossed by chance (about 1 in 100
     directions at ``base`` size) does not recur. The row counts the directions redrawn.
 
+    **Extrapolation.** Along a direction every entry moves, so the truncation error of a
+    central difference, ``h^2 D_v^3 L / 6``, grows with the tensor, while rounding,
+    about ``eps |L| / h``, wants ``h`` large. ``extrapolate=True`` takes the steps ``h`` and
+    ``h / 2`` and Richardson's ``(4 D(h/2) - D(h)) / 3``, whose ``h^2`` terms cancel
+    (truncation ``O(h^4)``), at twice the forward passes: a smooth model (GELU) is then
+    checked at ``h = 1e-5``, where rounding is small, without paying for it in
+    truncation. (Not across a kink: ReLU models keep the small step and the redraws.)
+
     Every parameter tensor gets ``directions`` directions of its own (the row names the
     tensor that fails), then all parameters together get ``directions`` more (the row
     ``all parameters``). Each row's error is ``rel_error`` over its directions. The model
@@ -468,8 +364,10 @@ def check_directions(
         ana, num, redrawn = np.empty(directions), np.empty(directions), 0
         for k in range(directions):
             for attempt in range(retries + 1):
-                ana[k], num[k] = _one_direction(params, grads, group, sampler, h, loss)
-                if _verdict(ana[k : k + 1], num[k : k + 1], tol, floor)[0] or attempt == retries:
+                ana[k], num[k] = _one_direction(
+                    params, grads, group, sampler, h, loss, extrapolate
+                )
+                if verdict(ana[k : k + 1], num[k : k + 1], tol, floor)[0] or attempt == retries:
                     break
                 redrawn += 1
             if progress is not None:
@@ -478,7 +376,7 @@ def check_directions(
         shape = tuple(params[group[0]].shape) if len(group) == 1 else (size,)
         err = float(abs(ana - num).max())
         rel = rel_error(ana, num)
-        passed, zero = _verdict(ana, num, tol, floor)
+        passed, zero = verdict(ana, num, tol, floor)
         report.rows.append(
             GradCheckRow(label, shape, rel, err, directions, size, passed, redrawn, zero=zero)
         )
@@ -514,14 +412,25 @@ def _model_loss(model, dtype, batch, rng, eps_ls, names):
     return params, grads, loss
 
 
-def _one_direction(params, grads, group, sampler, h, loss) -> tuple[float, float]:
+def _one_direction(params, grads, group, sampler, h, loss, extrapolate=False):
     """``(analytic, numeric)`` derivative of ``loss()`` along one random direction over
-    the tensors ``group``, which are moved in place and restored exactly."""
+    the tensors ``group``, which are moved in place and restored exactly. ``extrapolate``:
+    Richardson's combination of the steps ``h`` and ``h / 2`` (see ``check_directions``)."""
     np = backend.np
     v = {n: sampler.standard_normal(params[n].shape) for n in group}
     squares = sum(float((d * d).sum()) for d in v.values())
     scale = h / float(np.sqrt(squares / sum(d.size for d in v.values())))  # RMS step h
     old = {n: params[n].copy() for n in group}
+    if not extrapolate:
+        return _quotients(params, grads, group, v, old, scale, h, loss)
+    a1, n1 = _quotients(params, grads, group, v, old, scale, h, loss)
+    a2, n2 = _quotients(params, grads, group, v, old, scale / 2, h / 2, loss)
+    return (4 * a2 - a1) / 3, (4 * n2 - n1) / 3
+
+
+def _quotients(params, grads, group, v, old, scale, h, loss) -> tuple[float, float]:
+    """``(analytic, numeric)`` along ``v`` at the RMS step ``h`` (``scale * v`` entry by
+    entry): the central difference of ``loss()`` and ``<g, the step taken> / 2h``."""
     # theta +- h v, rounded to the parameters' dtype, each computed once
     up, down = {}, {}
     analytic = 0.0
@@ -539,3 +448,26 @@ def _one_direction(params, grads, group, sampler, h, loss) -> tuple[float, float
     for n in group:
         params[n][...] = old[n]
     return analytic, (values[0] - values[1]) / (2.0 * h)
+
+
+__all__ = [
+    "DEFAULT_H",
+    "DEFAULT_TOL",
+    "DIRECTIONAL_H",
+    "ROUNDING_ULPS",
+    "SMOOTH_H",
+    "GradCheckRow",
+    "GradReport",
+    "central_values",
+    "check_directions",
+    "check_gradients",
+    "check_model",
+    "check_module",
+    "check_op",
+    "default_step",
+    "numeric_gradient",
+    "rel_error",
+    "resolution",
+    "rounding_floor",
+    "sample_entries",
+]

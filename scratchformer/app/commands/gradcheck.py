@@ -4,6 +4,12 @@ By default: a 2-layer ``tiny`` encoder-decoder, post-LN and pre-LN, tied embeddi
 padding in source and target (B=3, S=6, T=5, d_k=8, h=2), label smoothing 0.1 and
 dropout 0.1 with its masks replayed; every parameter, large ones on a seeded sample.
 
+``--checkpoint CKPT`` checks a checkpoint's own model instead (any of the three: an
+imported GPT-2, a translation model, a classifier), with its config, on a padded batch
+of its vocabulary's ids; ``--directions K`` for a large one:
+
+    scratchformer gradcheck --checkpoint gpt2.npz --directions 2
+
 ``--explain PARAM`` shows one parameter's check entry by entry: the loss at theta + h
 and theta - h, the numeric and the analytic derivative side by side, and their error.
 
@@ -28,6 +34,11 @@ import time
 
 from scratchformer.app.commands import COUNT, NONNEGATIVE, PROBABILITY, integer, number
 from scratchformer.app.commands import gradcheck_clock as clock
+from scratchformer.app.commands.gradcheck_checkpoint import (
+    CheckTools,
+    refuse_model_flags,
+    run_checkpoint,
+)
 from scratchformer.app.progress import stage
 from scratchformer.app.train.config import TrainConfig
 from scratchformer.engine import backend, device, memory
@@ -41,6 +52,7 @@ from scratchformer.engine.gradcheck import (
     check_directions,
     check_model,
     rel_error,
+    resolution,
     rounding_floor,
     sample_entries,
 )
@@ -118,6 +130,12 @@ def add_parser(sub) -> None:
         "--explain",
         metavar="PARAM",
         help="show the check of one parameter entry by entry, e.g. decoder.layers.0.cross_attn.W_k",
+    )
+    p.add_argument(
+        "--checkpoint",
+        metavar="CKPT",
+        help="check this checkpoint's model (its config, dropout and label smoothing) instead "
+        "of a built-in one",
     )
     p.add_argument(
         "--force",
@@ -205,7 +223,8 @@ def resolution_note(found, tol: float, steps, dtype: str, directions: bool, name
     elif directions:
         scales["all parameters"] = sum(v * v for v in found.norm.values()) ** 0.5
     h = max(steps)
-    floors = sorted(rounding_floor(found.loss, s, h, dtype) for s in scales.values())
+    zero = resolution(found.loss, h, dtype)  # below it a gradient passes as zero
+    floors = sorted(rounding_floor(found.loss, s, h, dtype) for s in scales.values() if s > zero)
     if not floors or tol >= floors[-1]:
         return ""
     eps = float(backend.np.finfo(dtype).eps)
@@ -230,7 +249,12 @@ def run(args) -> int:
         raise ScratchformerError("several --h values are a directional sweep: add --directions")
     if args.threads is None:  # as train: configs/defaults.toml's train.threads
         args.threads = TrainConfig.default().train.threads
+    if args.checkpoint is not None:
+        refuse_model_flags(getattr(args, "argv", ()))
     with backend.blas_threads(args.threads):
+        if args.checkpoint is not None:
+            tools = CheckTools(_timed, _directions, sweep, BYTES_PER_PARAMETER)
+            return run_checkpoint(args, tools)
         if args.directions:
             return run_directions(args)
         if args.explain is not None:
@@ -317,6 +341,7 @@ def _directions(args, model, batch, h: float, timer, retries: int):
     report = check_directions(
         model, *batch, directions=args.directions, rng=args.seed + 1, dtype=args.dtype, h=h,
         tol=args.tol, seed=args.seed, progress=timer.watch(bar), retries=retries,
+        extrapolate=getattr(args, "extrapolate", False),
     )
     bar.close()
     return report
@@ -332,7 +357,7 @@ def sweep(args, model, batch, steps, timer) -> bool:
     for h in steps:
         t0 = time.perf_counter()
         report = _directions(args, model, batch, h, timer, retries=0)
-        errs = sorted(r.max_rel_error for r in report.rows)
+        errs = sorted(r.max_rel_error for r in report.rows if not r.zero) or [0.0]
         results.append((len(report.failures()), errs[-1], h))
         line = f"{h:>8.0e}  {errs[-1]:>15.2e}  {errs[len(errs) // 2]:>8.1e}"
         lines.append(

@@ -1,6 +1,7 @@
 """scratchformer plot: PNG pictures for study (needs pip install 'scratchformer[plot]').
 
 scratchformer plot attention runs/reverse "abcdef"      attention maps of a trained model
+scratchformer plot attention gpt2.npz "Hello world"     a language model's (an imported GPT-2)
 scratchformer plot positional --d-model 512             the sinusoid table as a heat map
 scratchformer plot schedule --warmup 4000 8000          learning rate against the step
 scratchformer plot curves runs/reverse                  loss, perplexity, lr, BLEU
@@ -20,7 +21,7 @@ from scratchformer.app.train.rundir import FINAL_NAME, owned_file_of
 from scratchformer.app.viz import ATTENTION_MAPS, PlotError
 from scratchformer.engine import backend, memory
 from scratchformer.engine.decode import greedy_decode
-from scratchformer.engine.models import Transformer
+from scratchformer.engine.models import LanguageModel, Transformer
 from scratchformer.engine.ops import sinusoidal_table
 
 #: where the plots of no run go (a run's plots go into its directory): beside the runs,
@@ -58,7 +59,10 @@ def add_parser(sub) -> None:
         help="a checkpoint .npz, or a run directory (its final.npz; its newest checkpoint "
         "while it has none)",
     )
-    a.add_argument("source", help="the source sentence (text, tokenized as in training)")
+    a.add_argument(
+        "source",
+        help="the source sentence (text, tokenized as in training); a language model's text",
+    )
     a.add_argument("--target", help="teacher-force this target instead of decoding")
     a.add_argument(
         "--kind", choices=[*ATTENTION_MAPS, "all"], default="all", help="which attention"
@@ -168,8 +172,45 @@ def _greedy(model, src_ids):
     return [int(i) for i in backend.asnumpy(backend.np.asarray(out[0])) if int(i) not in special]
 
 
+def run_lm_attention(args, ck, tok) -> int:
+    """A language model's causal self-attention on ``args.source`` (after its <bos>):
+    one PNG, attention_decoder.png, one panel per layer and head."""
+    cfg = ck.config
+    if args.target is not None or args.kind not in ("all", "decoder"):
+        what = "--target" if args.target is not None else f"--kind {args.kind}"
+        raise PlotError(
+            f"{what}: {ck.path} holds a language model, whose one attention is its causal "
+            "self-attention over the text (--kind decoder)"
+        )
+    ids = [cfg.bos_id, *tok.encode(args.source)][: cfg.max_len]
+    itos = tok.vocab.itos
+    tokens = [itos[i] for i in ids]
+    maps = viz.lm_attention_maps(ck.model, ids)
+    out = _target(
+        args, Path(args.out_dir or run_dir_of(ck.path)) / "attention_decoder.png",
+        "attention", [("checkpoint", ck.path)],
+    )
+    print(f"checkpoint {ck.path} (step {ck.step}, N={cfg.N}, h={cfg.h}, d_model={cfg.d_model})")
+    print(f"text: {args.source!r} ({len(ids)} tokens, <bos> first)")
+    viz.plot_attention(
+        maps, out, kind="decoder", src_tokens=[], tgt_in_tokens=tokens, tgt_out_tokens=[],
+        layers=args.layer, heads=args.head,
+        title=f"language model causal self-attention  (step {ck.step})",
+    )
+    w, h = viz.png_size(out.path)
+    print(f"wrote {out.path} ({w} x {h})")
+    return 0
+
+
 def run_attention(args) -> int:
-    ck, tok = load_with_tokenizer(_checkpoint_path(args.checkpoint), expect=Transformer)
+    ck, tok = load_with_tokenizer(_checkpoint_path(args.checkpoint))
+    if isinstance(ck.model, LanguageModel):
+        return run_lm_attention(args, ck, tok)
+    if not isinstance(ck.model, Transformer):
+        raise PlotError(
+            f"{ck.path} holds a {type(ck.model).__name__}: attention maps are drawn for a "
+            "translation model or a language model"
+        )
     model, cfg = ck.model, ck.config
     src_ids = tok.encode(args.source)
     if not src_ids:

@@ -20,6 +20,7 @@ from scratchformer.app.viz.attention import (
     AttentionMaps,
     attention_maps,
     display_tokens,
+    lm_attention_maps,
     plot_attention,
 )
 from scratchformer.app.viz.curves import plot_curves, plot_positional, plot_schedule, read_metrics
@@ -31,6 +32,7 @@ __all__ = [
     "PlotError",
     "attention_maps",
     "display_tokens",
+    "lm_attention_maps",
     "plot_attention",
     "plot_curves",
     "plot_positional",

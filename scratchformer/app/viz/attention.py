@@ -73,6 +73,22 @@ def attention_maps(model, src_ids, tgt_in_ids) -> AttentionMaps:
     )
 
 
+def lm_attention_maps(model, ids) -> AttentionMaps:
+    """The causal self-attention weights of a language model on one sequence ``ids`` (T,)
+    (evaluation: no dropout), as the ``decoder`` maps (H, T, T) of each layer; the model
+    has no encoder and no cross-attention."""
+    np = backend.np
+    x = backend.asarray(np.asarray(ids, dtype=np.int64)[None, :])  # (1, T)
+    _, cache = model.forward(x)
+    maps = []
+    for m, c in zip(model.decoder.layers, cache.decoder.layers):
+        A = m.self_attn.weights(c.self_attn.sublayer)  # (1, H, T, T), or None
+        if A is None:
+            raise PlotError("attention maps are drawn for dense and relative attention only")
+        maps.append(backend.asnumpy(A)[0].astype(np.float64))
+    return AttentionMaps(encoder=[], decoder=maps, cross=[])
+
+
 def display_tokens(tokens) -> list[str]:
     """Tick labels: a space shown as an open box, long tokens shortened to 12 characters."""
     out = []
