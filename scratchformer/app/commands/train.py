@@ -8,6 +8,9 @@ scratchformer train --config copy            a shipped config (all listed under 
 scratchformer train --task lm                a task with its own config (= --config lm)
 scratchformer train --steps 5000 --set model.d_model=128     flags and --set override it
 scratchformer train --resume                 continue runs/<name> exactly where it stopped
+scratchformer train --task lm --init-from gpt2.npz --data-dir my-text
+                                             fine-tune a checkpoint's model (an imported
+                                             GPT-2) on your text, with its tokenizer
 
 A config has the sections [task] [model] [optim] [train] and names only what it changes:
 it is read on top of its task's shipped config, which is read on top of
@@ -57,6 +60,7 @@ FLAGS = {
     "eval_every": "train.eval_every",
     "checkpoint_every": "train.checkpoint_every",
     "threads": "train.threads",
+    "init_from": "model.init_from",
     "warmup": "optim.warmup",
     "lr_factor": "optim.lr_factor",
 }
@@ -95,6 +99,12 @@ def add_parser(sub) -> None:
         default=1,
         help="processes that train together, data parallel (starts mpiexec -n RANKS; "
         "the same as running this command under mpiexec -n RANKS)",
+    )
+    p.add_argument(
+        "--init-from",
+        metavar="CKPT",
+        help="start from this checkpoint's model and tokenizer (an imported GPT-2, a trained "
+        "model: fine-tuning); [model] keys are then refused (model.init_from)",
     )
     p.add_argument("--warmup", type=NONNEGATIVE, help="warmup steps of the schedule (optim.warmup)")
     p.add_argument("--lr-factor", type=number(above=0), help="factor of the paper's schedule")

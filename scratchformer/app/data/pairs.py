@@ -207,12 +207,13 @@ def vocabulary_for(train_pairs) -> tuple[int, str]:
 
 
 def translation_pairs(
-    data_dir, *, vocab_size: int, max_len: int, lines: LineLimit = NO_MODEL
+    data_dir, *, vocab_size: int, max_len: int, lines: LineLimit = NO_MODEL, tokenizer=None
 ) -> Pairs:
     """``{data_dir}/{train,dev,test}.tsv`` with the joint BPE (see the module doc); the
     ``valid`` split is dev.tsv. A ``vocab_size`` SentencePiece cannot make of the text is
     refused naming ``task.vocab_size`` and the bound; one chosen from the data (0) is
-    brought within SentencePiece's bound instead."""
+    brought within SentencePiece's bound instead. ``tokenizer``: read the pairs with it
+    (a checkpoint's, for a run that starts from one) instead of training a BPE."""
     if not data_dir:
         raise DataError("task translate needs data_dir (--data-dir data/bible)")
     if vocab_size != 0 and vocab_size <= 260:
@@ -226,6 +227,8 @@ def translation_pairs(
     check_data_set(d, [f"{s}.tsv" for s in ("train", "dev", "test")], "pairs")
     train, valid, test = (read_pairs(d / f"{s}.tsv", lines) for s in ("train", "dev", "test"))
     chosen = ""
+    if tokenizer is not None:
+        return _keep_within(Pairs(tokenizer, train, valid, test), max_len, d)
     if vocab_size == 0:
         vocab_size, chosen = vocabulary_for(train)
     try:
@@ -245,6 +248,12 @@ def translation_pairs(
             raise
     data = Pairs(tok, train, valid, test)
     data.chosen = chosen and f"vocabulary {vocab_size} ({chosen})"
+    return _keep_within(data, max_len, d)
+
+
+def _keep_within(data: Pairs, max_len: int, d: Path) -> Pairs:
+    """``data`` without the pairs that have a side longer than ``max_len`` tokens
+    (counted in ``dropped`` and ``dropped_held_out``)."""
     for split, name in (("train", "train"), ("valid", "dev"), ("test", "test")):
         enc = data.encoded(split)
         keep = [i for i, (s, t) in enumerate(enc) if len(s) <= max_len and len(t) <= max_len]

@@ -3,7 +3,7 @@
     name = "my-run"          # top level: name, seed, run_dir
     [task]                   # what to learn: name = "reverse" | "copy" | "sort" |
     name = "copy"            #   "translate" | "lm" | "classify", and that task's settings
-    [model]                  # TransformerConfig fields (plus "preset")
+    [model]                  # TransformerConfig fields (plus "preset"), or init_from
     [optim]                  # Adam and the learning-rate schedule
     [train]                  # the loop: steps, batches, validation, checkpoints, ...
 
@@ -16,7 +16,9 @@ over the one before:
     defaults.toml  <-  the task's config  <-  the user's file  <-  flags and --set
 
 Sections merge key by key, except that a ``[model]`` naming a ``preset`` starts the
-model again from that preset. The result must give every key of every section; a key
+model again from that preset, and one naming ``init_from`` (a checkpoint) replaces it:
+the run starts from that checkpoint's model and tokenizer, and no layer may set another
+[model] key then. The result must give every key of every section; a key
 that is unknown, of the wrong type, or that does not apply to the task is an error
 naming it and where it came from. Keys renamed since earlier versions still work, with a
 note naming the new key (``scratchformer.app.compat``).
@@ -247,7 +249,7 @@ def override_value(dotted: str, text: str):
 
 
 def _text_keys() -> set:
-    keys = {"name", "run_dir", "model.preset"}
+    keys = {"name", "run_dir", "model.preset", "model.init_from"}
     tables = [("optim", OptimConfig), ("model", TransformerConfig)]
     tables += [("task", t.Settings) for t in TASKS.values()]
     for section, cls in tables:
@@ -288,7 +290,8 @@ def _merge(base: dict, over: dict, label: str, origins: dict) -> dict:
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
     for k, v in over.items():
         if k in SECTIONS and isinstance(v, dict) and isinstance(out.get(k), dict):
-            if k == "model" and "preset" in v:  # a preset starts the model again
+            if k == "model" and ("preset" in v or "init_from" in v):
+                # a preset starts the model again; a checkpoint replaces it
                 out[k] = dict(v)
                 for o in [o for o in origins if o.startswith("model.")]:
                     del origins[o]
@@ -319,6 +322,7 @@ def build(layers: list, notes: list | None = None) -> TrainConfig:
             name = d["task"]["name"]
     if name not in TASKS:
         raise ConfigError(f"unknown task {name!r}: expected one of {sorted(TASKS)}")
+    _check_init_from(layers)
     origins: dict = {}
     merged: dict = {}
     for d, label in [defaults, _shipped(TASKS[name].config, notes), *layers]:
@@ -326,6 +330,22 @@ def build(layers: list, notes: list | None = None) -> TrainConfig:
     cfg = _typed(merged, origins)
     cfg.notes = notes
     return cfg
+
+
+def _check_init_from(layers: list) -> None:
+    """A run that starts from a checkpoint (``[model] init_from``, ``--init-from``) has its
+    model: a [model] key of any layer (a config file, --set) is refused in one line."""
+    given = [(k, label) for d, label in layers if isinstance(d.get("model"), dict)
+             for k in d["model"]]
+    if not any(k == "init_from" for k, _ in given):
+        return
+    other = [(k, label) for k, label in given if k != "init_from"]
+    if other:
+        key, label = other[0]
+        raise ConfigError(
+            f"model.{key} (from {label}) cannot be set with --init-from (model.init_from): the "
+            "model is the checkpoint's, its config and its tokenizer"
+        )
 
 
 def _where(origins: dict, dotted: str) -> str:
@@ -425,17 +445,23 @@ def is_run_name(name: str) -> bool:
 
 
 def _check_model_keys(model: dict, origins: dict) -> None:
-    """[model] holds TransformerConfig fields and "preset"; the tokenizer sets the
-    vocabulary's size and special ids. (Values are checked when the model is built.)"""
+    """[model] holds TransformerConfig fields and "preset", or "init_from" alone (a
+    checkpoint); the tokenizer sets the vocabulary's size and special ids. (Values are
+    checked when the model is built.)"""
     fields = {f.name for f in dataclasses.fields(TransformerConfig)}
     for key in model:
         where = _where(origins, f"model.{key}")
+        if key == "init_from":
+            if not isinstance(model[key], str) or not model[key]:
+                raise ConfigError(f"model.init_from{where} must name a checkpoint file")
+            continue
         if key in TOKENIZER_KEYS:
             raise ConfigError(f"model.{key}{where} is set by the tokenizer, not the config")
         if key not in fields and key != "preset":
             raise ConfigError(
                 f"unknown key {key!r} in [model]{where}{_guess(key, fields | {'preset'})}: "
-                f"expected preset or one of {', '.join(sorted(fields - set(TOKENIZER_KEYS)))}"
+                f"expected preset, init_from or one of "
+                f"{', '.join(sorted(fields - set(TOKENIZER_KEYS)))}"
             )
     if not isinstance(model.get("preset", ""), str):
         raise ConfigError(f"model.preset must be text, got {model['preset']!r}")

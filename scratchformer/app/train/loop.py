@@ -51,6 +51,7 @@ from scratchformer.app.errors import Interrupted, TrainingDiverged
 from scratchformer.app.progress import clock, terminal
 from scratchformer.app.train import final, report
 from scratchformer.app.train.config import TrainConfig
+from scratchformer.app.train.init_from import load_weights, start_task
 from scratchformer.app.train.interrupts import Interrupts, agree, ending
 from scratchformer.app.train.limits import (
     check_accumulation,
@@ -77,8 +78,6 @@ from scratchformer.app.train.rundir import (
     remove_temporaries,
     write_config,
 )
-from scratchformer.app.train.tasks import TASKS
-from scratchformer.app.train.tasks.base import line_limit
 from scratchformer.engine import backend, device
 from scratchformer.engine.step import Stepper
 
@@ -124,11 +123,8 @@ class Trainer:
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.metrics_path = self.run_dir / "metrics.jsonl"
 
-        lines = line_limit(cfg.model)
-        self.task = TASKS[cfg.task.name](cfg.task, lines) if w.main else None
-        w.broadcast(None)  # the other ranks build the task after rank 0, from its caches
-        if self.task is None:
-            self.task = TASKS[cfg.task.name](cfg.task, lines)
+        # the task (its data and tokenizer) and the checkpoint the model starts from, if any
+        self.task, init = start_task(cfg, w)
         t, o = cfg.train, cfg.optim
         self.model_config = self.task.configure(cfg.model, cfg.seed)
         check_training_memory(  # before any parameter is allocated
@@ -139,6 +135,8 @@ class Trainer:
         )
         check_accumulation(t.accum_steps, len(self.sampler))
         self.model = self.task.build_model(self.model_config)
+        load_weights(self.model, init)
+        del init  # its model's arrays: not held through the run
         outputs = getattr(self.model, "num_classes", self.model_config.vocab_size)
         self.divergence = Divergence(outputs)  # a finite loss that explodes stops the run
         self.smoothed = bool(self.model_config.eps_ls)  # the loss shown is not the NLL

@@ -6,8 +6,9 @@ validation, checkpoints, averaging, exact resume, the time limit, threads). A ta
 
     Settings            the dataclass of its ``[task]`` section (every field required:
                         the defaults are in its shipped config, ``config``)
-    __init__(settings, lines)  reads or makes the data and the tokenizer, no line of
-                        text longer than ``lines`` (``line_limit``)
+    __init__(settings, lines, init)  reads or makes the data and the tokenizer (the
+                        checkpoint's with ``init``: ``init_from``), no line of text
+                        longer than ``lines`` (``line_limit``)
     configure(model, seed) -> TransformerConfig      the ``[model]`` section resolved
     model_spec()           -> its model's class and arguments (``models.sizes``):
                            a Transformer, LanguageModel or EncoderClassifier
@@ -91,17 +92,23 @@ class Task:
     kinds: tuple = ()
     target_pad: bool = True  # targets are padded with pad_id (False: one label per row)
 
-    def __init__(self, settings, lines: LineLimit = NO_MODEL):
+    def __init__(self, settings, lines: LineLimit = NO_MODEL, init=None):
         self.settings, self.lines = settings, lines
         self.name = settings.name
-        self.tokenizer = None
+        # the checkpoint the run starts from (``init_from.InitFrom``), or None: a new model
+        self.init = init
+        self.tokenizer = None if init is None else init.tokenizer
         self.model_config: TransformerConfig | None = None
 
     # -- the model ---------------------------------------------------------------------------
     def configure(self, model: dict, seed: int) -> TransformerConfig:
         """The model configuration of a run: ``model["preset"]`` (if any), then the other
         ``[model]`` keys, then the vocabulary's size and special ids; ``seed`` initialises
-        the model unless ``[model]`` sets its own."""
+        the model unless ``[model]`` sets its own. A run that starts from a checkpoint
+        (``model["init_from"]``) has that checkpoint's configuration."""
+        if self.init is not None:
+            self.model_config = self.init.config
+            return self.model_config
         m = dict(model)
         preset = m.pop("preset", None)
         if preset is not None and preset not in PRESETS:

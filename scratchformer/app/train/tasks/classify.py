@@ -46,17 +46,24 @@ class ClassifyTask(Task):
     shown_valid = ("loss", "accuracy", "majority_baseline")
     shown_test = ("accuracy", "majority_baseline", "largest_class", "loss")
 
-    def __init__(self, settings: ClassifySettings, lines: LineLimit = NO_MODEL):
-        super().__init__(settings, lines)
+    def __init__(self, settings: ClassifySettings, lines: LineLimit = NO_MODEL, init=None):
+        super().__init__(settings, lines, init)
         rows = load_labelled(settings.data_dir, lines)
         self.texts = {split: rows[f] for split, f in SPLIT_FILES.items()}
         train_words = [words(t) for _, t in self.texts["train"]]
-        self.tokenizer = WhitespaceTokenizer.fit(
-            train_words, min_freq=settings.min_freq, max_size=settings.max_vocab
-        )
+        if self.tokenizer is None:  # a new model; else the checkpoint's words
+            self.tokenizer = WhitespaceTokenizer.fit(
+                train_words, min_freq=settings.min_freq, max_size=settings.max_vocab
+            )
         self.labels = sorted({lab for lab, _ in self.texts["train"]})
         if len(self.labels) < 2:
             raise ConfigError(f"the training data has {len(self.labels)} label(s): need 2 or more")
+        theirs = (init.checkpoint.meta.get("labels") if init is not None else None)
+        if theirs is not None and theirs != self.labels:
+            raise ConfigError(
+                f"model.init_from {init.path} classifies into {theirs}, the data's labels are "
+                f"{self.labels}: its classes would mean other labels"
+            )
         self._examples = {}
 
     def configure(self, model: dict, seed: int):

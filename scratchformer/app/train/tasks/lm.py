@@ -5,6 +5,10 @@ Each line is a sequence ``<bos> c_1 .. c_n`` predicting ``c_1 .. c_n <eos>``; th
 per predicted token / ln 2 over the validation (or test) lines, as for enwik8 / text8
 with newlines. Lines longer than the model's positions are cut (a cut line loses its
 ``<eos>``). The test set reports bits per character and prints a sample.
+
+Started from a checkpoint (``model.init_from``: an imported GPT-2, say), the lines are
+read with its tokenizer, a token is then a subword (GPT-2's <bos> and <eos> are both
+``<|endoftext|>``), and "bits per character" is bits per token.
 """
 
 from __future__ import annotations
@@ -47,11 +51,12 @@ class LMTask(Task):
     shown_valid = ("loss", "bpc", "ppl", "token_acc")
     shown_test = ("bpc", "ppl", "token_acc")
 
-    def __init__(self, settings: LMSettings, lines: LineLimit = NO_MODEL):
-        super().__init__(settings, lines)
+    def __init__(self, settings: LMSettings, lines: LineLimit = NO_MODEL, init=None):
+        super().__init__(settings, lines, init)
         texts = load_lines(settings.data_dir, lines)
         self.texts = {split: texts[f] for split, f in SPLIT_FILES.items()}
-        self.tokenizer = CharTokenizer.fit(self.texts["train"])
+        if self.tokenizer is None:  # a new model: characters; else the checkpoint's
+            self.tokenizer = CharTokenizer.fit(self.texts["train"])
         self._examples = {}
 
     def configure(self, model: dict, seed: int):
@@ -59,10 +64,11 @@ class LMTask(Task):
         config = super().configure(model, seed)
         np, L = backend.np, config.max_len
         bos, eos = config.bos_id, config.eos_id
+        encode_many = getattr(self.tokenizer, "encode_many", None)
         for split, texts in self.texts.items():
             rows = []
-            for t in texts:
-                ids = self.tokenizer.encode(t)
+            encoded = encode_many(texts) if encode_many else map(self.tokenizer.encode, texts)
+            for ids in encoded:
                 x = np.asarray([bos, *ids], dtype=np.int64)[:L]
                 y = np.asarray([*ids, eos], dtype=np.int64)[:L]
                 rows.append((x, y))

@@ -23,7 +23,7 @@ from scratchformer.app.train.tasks import fit
 from scratchformer.app.train.tasks.base import Task, TaskBatch, check_decoding, check_settings
 from scratchformer.engine import backend
 from scratchformer.engine.decode import DecodeOptions
-from scratchformer.engine.errors import need
+from scratchformer.engine.errors import ConfigError, need
 
 
 def pair_batch(pairs, indices) -> TaskBatch:
@@ -113,10 +113,11 @@ class Seq2SeqTask(Task):
         config = super().configure(model, seed)
         splits = ("train", "valid", "test")
         longest = max(int(self.widths(split).max()) for split in splits)
+        raise_it = "lower task.max_len" if self.init is not None else "raise model.max_len"
         need(
             config.max_len >= longest,
             f"model.max_len={config.max_len} is shorter than the longest example "
-            f"({longest} positions, the target's <bos>/<eos> included): raise model.max_len",
+            f"({longest} positions, the target's <bos>/<eos> included): {raise_it}",
         )
         return config
 
@@ -170,8 +171,8 @@ class StringTask(Seq2SeqTask):
     config = "reverse"
     kinds = ("copy", "reverse", "sort")
 
-    def __init__(self, settings: StringSettings, lines: LineLimit = NO_MODEL):
-        super().__init__(settings, lines)
+    def __init__(self, settings: StringSettings, lines: LineLimit = NO_MODEL, init=None):
+        super().__init__(settings, lines, init)
         s = settings
         self.data = string_pairs(
             s.name,
@@ -184,6 +185,11 @@ class StringTask(Seq2SeqTask):
             held_out=s.held_out,
             seed=s.seed,
         )
+        if init is not None and init.tokenizer.to_dict() != self.data.tokenizer.to_dict():
+            raise ConfigError(
+                f"model.init_from {init.path} has another vocabulary than task {s.name}'s "
+                f"alphabet of {s.symbols} letters (task.symbols)"
+            )
         self.tokenizer = self.data.tokenizer
 
 
@@ -196,11 +202,12 @@ class TranslateTask(Seq2SeqTask):
     min_len = 1  # a non-empty sentence never translates to nothing (fairseq's default)
     shown_test = ("bleu", "chrf", "token_acc", "ppl")
 
-    def __init__(self, settings: TranslateSettings, lines: LineLimit = NO_MODEL):
-        super().__init__(settings, lines)
+    def __init__(self, settings: TranslateSettings, lines: LineLimit = NO_MODEL, init=None):
+        super().__init__(settings, lines, init)
         s = settings
         self.data = translation_pairs(
-            s.data_dir, vocab_size=s.vocab_size, max_len=s.max_len, lines=lines
+            s.data_dir, vocab_size=s.vocab_size, max_len=s.max_len, lines=lines,
+            tokenizer=self.tokenizer,
         )
         self.tokenizer = self.data.tokenizer
         self.fitted = ""  # the model chosen from the data, in words ("": none was)
@@ -209,6 +216,8 @@ class TranslateTask(Seq2SeqTask):
     def configure(self, model: dict, seed: int):
         """``[model] preset = "data"``: the model sized to the training pairs (``fit``),
         the other ``[model]`` keys on top."""
+        if self.init is not None:  # the checkpoint's model
+            return super().configure(model, seed)
         sources = [len(s) for s, _ in self.examples("train")]
         tokens = sum(len(t) + 1 for _, t in self.examples("train"))  # + <eos>
         longest = max(int(self.widths(split).max()) for split in ("train", "valid", "test"))
