@@ -94,7 +94,7 @@ REFUSALS = [
      "rotary positions (RoPE), RMSNorm, a gated (SwiGLU) feed-forward"),
     ("gpt-j", {"model_type": "gptj", "architectures": ["GPTJForCausalLM"], "rotary_dim": 64},
      "rotary positions"),
-    ("gpt2 with rope", {"rope_theta": 10000.0}, "with rotary positions (RoPE) (rope_theta"),
+    ("gpt2 with rope", {"rope_theta": 10000.0}, "with rotary positions (RoPE), by its config"),
     ("cross-attention", {"add_cross_attention": True}, "cross-attention in every block"),
     ("exact gelu", {"activation_function": "gelu"}, "the activation 'gelu'"),
     ("untied", {"tie_word_embeddings": False}, "an output projection of its own"),
@@ -114,7 +114,8 @@ def test_a_pickle_is_refused_with_the_conversion_command(folder, tmp_path):
     dest = copy_of(folder, tmp_path)
     (dest / "model.safetensors").rename(dest / "pytorch_model.bin")
     with pytest.raises(HFImportError, match="holds pytorch_model.bin, not model.safetensors"
-                       r".*never loads a pickle.*save_pretrained\(.*safe_serialization=True"):
+                       r".*never loads a pickle.*import GPT2LMHeadModel as M.*"
+                       "safe_serialization=True"):
         read_folder(dest)
 
 

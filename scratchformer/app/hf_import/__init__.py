@@ -76,8 +76,8 @@ def refusal(config: dict) -> str | None:
     found = [key for key in POSITION_KEYS if config.get(key) not in (None, False)]
     if found:
         return (
-            f"a {_what(config)} with {POSITION_KEYS[found[0]]} ({found[0]} in config.json): the "
-            "models here have learned or sinusoidal positions"
+            f"a {_what(config)} with {POSITION_KEYS[found[0]]}, by its config.json's "
+            f"{found[0]}: the models here have learned or sinusoidal positions"
         )
     return None
 

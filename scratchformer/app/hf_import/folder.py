@@ -34,12 +34,13 @@ class HFImportError(ScratchformerError):
     or the model is one scratchformer has no counterpart for."""
 
 
-def convert_command(folder) -> str:
+def convert_command(folder, architecture: str | None = None) -> str:
     """The one line that turns a folder's ``pytorch_model.bin`` into ``model.safetensors``
-    (run where torch and transformers are installed: it loads the pickle there)."""
-    f = str(folder)
+    with the model's own class (``architecture``: config.json's, e.g. GPT2LMHeadModel),
+    run where torch and transformers are installed: it loads the pickle there."""
+    f, cls = str(folder), architecture or "AutoModel"
     return (
-        'python -c "from transformers import AutoModel as M; '
+        f'python -c "from transformers import {cls} as M; '
         f"M.from_pretrained({f!r}).save_pretrained({f!r}, safe_serialization=True)\""
     )
 
@@ -73,6 +74,13 @@ class HFFolder:
         if not isinstance(config, dict):
             raise HFImportError(f"{path} must hold a JSON object of settings")
         return config
+
+    @property
+    def architecture(self) -> str | None:
+        """config.json's model class (``architectures[0]``), when it names one."""
+        arch = self.config.get("architectures")
+        ok = isinstance(arch, list) and arch and isinstance(arch[0], str) and arch[0].isidentifier()
+        return arch[0] if ok else None
 
     def has(self, name: str) -> bool:
         return (self.path / name).is_file()
@@ -111,7 +119,7 @@ class HFFolder:
             raise HFImportError(
                 f"{self.path} holds {other[0]}, not {SAFETENSORS}: scratchformer never loads "
                 f"a pickle (it can run code); convert it where torch is installed: "
-                f"{convert_command(self.path)}"
+                f"{convert_command(self.path, self.architecture)}"
             )
         raise HFImportError(f"{self.path} holds no weights ({SAFETENSORS})")
 

@@ -227,7 +227,7 @@ def read(folder: HFFolder):
     hf = folder.config
     why = refusal(hf)
     if why:
-        raise HFImportError(f"{folder.path}: this GPT-2 has {why}")
+        raise HFImportError(f"cannot import {folder.path}: this GPT-2 has {why}")
     files = folder.weight_files()  # refused first when it holds only a pickle
     tok = tokenizer(folder)
     V, eot = _int(hf, "vocab_size", 50257), tok.vocab.eos_id
