@@ -12,9 +12,10 @@ from its vocabulary, in the shape its ``loss_forward`` takes, with padding:
 (lengths cut to the model's ``max_len``). Entry by entry (``--samples`` per tensor) or
 along ``--directions K`` random directions per tensor: at GPT-2's 124 M parameters the
 directions are what is practical (two forward passes each, whatever the size). A model
-without kinks (GELU) is checked at the step ``SMOOTH_H`` (1e-5) unless ``--h`` says
-otherwise: rounding is what limits its check; its directions are extrapolated (the steps
-h and h/2 combined, Richardson's: truncation cancels to O(h^4)).
+without kinks (GELU) is checked at larger steps unless ``--h`` says otherwise, rounding
+being what limits its check: entries at 1e-5 (``SMOOTH_H``), directions at 1e-4
+(``EXTRAPOLATED_H``), extrapolated (the steps h and h/2 combined, Richardson's:
+truncation cancels to O(h^4)); several ``--h`` show the error by step.
 """
 
 from __future__ import annotations
