@@ -128,11 +128,13 @@ class Transformer(Module):
         y, c_tgt = self.embed.forward(tgt_in)
         self_mask = padding_mask(tgt_in, self.config.pad_id)  # the attention adds causality
         h, c_dec = self.decoder.forward(y, memory, self_mask, src_mask, rng)
-        if self.out_proj is None:
-            logits, c_out = self.embed.project(h)
-        else:
-            logits, c_out = self.out_proj.forward(h)
+        logits, c_out = self._output(h)
         return logits, TransformerCache(c_src, c_enc, c_tgt, c_dec, c_out, id(self))
+
+    def _output(self, h):
+        """h (B, T, D)  ->  logits (B, T, V) and the cache: ``h E^T`` (the embedding, tied,
+        unscaled) or ``h W`` (the output projection's own), one product over B*T rows."""
+        return self.embed.project(h) if self.out_proj is None else self.out_proj.forward(h)
 
     def backward(self, dlogits, cache: TransformerCache):
         """dlogits (B, T, V): adds into every parameter's gradient."""
@@ -177,9 +179,7 @@ class Transformer(Module):
             )
         y = self.embed.forward(tokens)[0]  # (R, T, D), already scaled
         h = self.decoder.step(y, kv)  # (R, T, D)
-        if self.out_proj is None:
-            return h @ self.embed.params["E"].T  # tied, unscaled: (R, T, V)
-        return h @ self.out_proj.params["W"]
+        return self._output(h)[0]  # (R, T, V)
 
     def loss_forward(self, src, tgt_in, tgt_out, rng=None, eps_ls=None):
         """Label-smoothed cross-entropy, mean over non-pad target tokens.
