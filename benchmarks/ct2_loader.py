@@ -4,21 +4,21 @@
     python benchmarks/ct2_loader.py EXPORT_FOLDER CT2_FOLDER [--quantization int8]
 
 CTranslate2's own Marian loader (``ct2-transformers-converter``) assumes what OPUS-MT's
-models are: the decoder starts from a zero vector (``start_from_zero_embedding``), and
-``<pad>``, added by transformers for that start, is the vocabulary's last id, whose row
-it drops. An export of ours whose model starts from ``<bos>``'s embedding (every model
-trained with ``model.decoder_start = "bos"``, the default) needs neither: this loader is
-CTranslate2's Marian loader with the decoder started from ``decoder_start_token_id``
-(``<bos>``) and every vocabulary row kept. A model trained with
-``model.decoder_start = "pad"`` starts from a zero vector (``<pad>``'s embedding row is
-zero and never trained), and its export puts ``<pad>`` last: the stock converter takes
-it as it is (docs/export.md, "CTranslate2").
+folders are: the decoder starts from a zero vector (``start_from_zero_embedding``), and
+the vocabulary's last entry is ``<pad>``, whose row it drops. A model trained with
+``zero_start`` is exported in that layout (scratchformer/app/export.py) and the stock
+converter reads it as it is. A model that starts from ``<bos>``'s embedding (the default)
+is exported without the extra entry; for it, this loader is CTranslate2's Marian loader
+with the decoder started from ``decoder_start_token_id`` (``<bos>``) and every vocabulary
+row kept (BART's behaviour for the three). ``convert`` picks by the folder's config.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from ctranslate2.converters import TransformersConverter
 from ctranslate2.converters import transformers as ct2_transformers
@@ -43,9 +43,18 @@ class BosStartMarianLoader(ct2_transformers.MarianMTLoader):
         return ct2_transformers.BartLoader.get_vocabulary(self, model, tokenizer)
 
 
-def convert(export: str, out: str, quantization: str | None = None, bos_start: bool = True):
+def zero_start(export: str) -> bool:
+    """Whether the folder is a zero-start model's (its start is the extra last entry)."""
+    cfg = json.loads((Path(export) / "config.json").read_text())
+    return cfg["decoder_start_token_id"] == cfg["pad_token_id"] == cfg["decoder_vocab_size"] - 1
+
+
+def convert(export: str, out: str, quantization: str | None = None, bos_start=None):
     """Convert an export folder into a CTranslate2 model folder ``out``; ``bos_start``: the
-    model starts its decoder from ``<bos>`` (this loader), else the stock converter."""
+    model starts its decoder from ``<bos>`` (this loader), else the stock converter (None:
+    as the folder says)."""
+    if bos_start is None:
+        bos_start = not zero_start(export)
     key = "MarianConfig"
     stock = ct2_transformers._MODEL_LOADERS[key]
     if bos_start:
@@ -61,9 +70,10 @@ def main(argv=None) -> int:
     p.add_argument("export")
     p.add_argument("out")
     p.add_argument("--quantization", default=None, help="e.g. int8 (CTranslate2's own)")
-    p.add_argument("--stock", action="store_true", help="CTranslate2's own Marian loader")
+    p.add_argument("--stock", action="store_true", help="CTranslate2's own Marian loader "
+                   "(default: as the folder says; a zero-start model's takes it)")
     args = p.parse_args(argv)
-    print(convert(args.export, args.out, args.quantization, bos_start=not args.stock))
+    print(convert(args.export, args.out, args.quantization, False if args.stock else None))
     return 0
 
 

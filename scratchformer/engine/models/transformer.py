@@ -126,6 +126,7 @@ class Transformer(Module):
         """``forward`` without the input checks (the caller has made them)."""
         memory, src_mask, c_src, c_enc = self.encode(src, rng)
         y, c_tgt = self.embed.forward(tgt_in)
+        self._start(y, 0)
         self_mask = padding_mask(tgt_in, self.config.pad_id)  # the attention adds causality
         h, c_dec = self.decoder.forward(y, memory, self_mask, src_mask, rng)
         logits, c_out = self._output(h)
@@ -136,6 +137,14 @@ class Transformer(Module):
         unscaled) or ``h W`` (the output projection's own), one product over B*T rows."""
         return self.embed.project(h) if self.out_proj is None else self.out_proj.forward(h)
 
+    def _start(self, y, position: int) -> None:
+        """With ``zero_start``, the decoder's first position reads the zero vector: ``y``
+        (B, T, D), the embeddings of positions ``position ..`` (or their gradient), gets
+        zeros at position 0 in place (``y`` is the caller's own, fresh array). The
+        derivative of a constant is zero, so the backward zeroes the same rows."""
+        if self.config.zero_start and position == 0:
+            y[:, :1] = 0
+
     def backward(self, dlogits, cache: TransformerCache):
         """dlogits (B, T, V): adds into every parameter's gradient."""
         check_cache(self, cache, TransformerCache, "Transformer")
@@ -144,6 +153,7 @@ class Transformer(Module):
         else:
             dh = self.out_proj.backward(dlogits, cache.output)
         dy, dmemory = self.decoder.backward(dh, cache.decoder)
+        self._start(dy, 0)  # the zero start read no embedding: its row gets no gradient
         self.embed.backward(dy, cache.tgt_embed)
         dx = self.encoder.backward(dmemory, cache.encoder)
         self.src_embed.backward(dx, cache.src_embed)
@@ -178,6 +188,7 @@ class Transformer(Module):
                 f"decode_step got {tokens.shape[0]} rows, the kv holds {kv.rows}"
             )
         y = self.embed.forward(tokens)[0]  # (R, T, D), already scaled
+        self._start(y, kv.length)
         h = self.decoder.step(y, kv)  # (R, T, D)
         return self._output(h)[0]  # (R, T, V)
 
