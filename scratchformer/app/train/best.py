@@ -8,7 +8,10 @@ Every validation scores the model on the dev set by ``train.best_metric``:
                 decoded greedily (higher is better); translate
     accuracy    the classifier's dev accuracy (higher is better); classify
 
-A score better than every earlier one (strictly: a tie is no improvement) writes the
+The validations of the run's schedule (every ``train.eval_every`` steps, and its last
+step) are judged, not those made because a session stopped (a time limit, a signal),
+which a run never stopped does not make. A score better than every earlier one
+(strictly: a tie is no improvement) writes the
 model to ``checkpoints/best.npz`` (parameters only; ``meta["best"]`` holds the metric,
 the step and the dev scores there); nothing is written otherwise. When the metric is not
 nll, the best model by dev nll is kept too, as ``best_nll.npz``, so that one run tells
@@ -177,7 +180,10 @@ def _judge(trainer, s: int, m: dict, line) -> str:
     """Rank 0's part of ``validate``: record, line, best files, TensorBoard."""
     t, best = trainer.cfg.train, trainer.best
     rec = {"kind": "valid", "step": s, **m}
-    better = best.update(s, dev_scores(m, t.best_metric))
+    # judged on the run's own schedule only: a validation made because a session stopped
+    # (time limit, signal) is not one an uninterrupted run makes
+    judged = bool(t.eval_every and s % t.eval_every == 0) or s == t.steps
+    better = best.update(s, dev_scores(m, t.best_metric)) if judged else []
     for metric in better:
         save_best(trainer, metric, s)
     trainer.valid.append(rec)
@@ -189,11 +195,11 @@ def _judge(trainer, s: int, m: dict, line) -> str:
             f" | BLEU {m['bleu']:.2f}, chrF {m['chrf']:.2f} (greedy, {m['decoded']} sentences, "
             f"{m['decode_seconds']:.1f} s)"
         )
-    line(text + best.note(s, better, t.patience, name))
+    line(text + (best.note(s, better, t.patience, name) if judged else ""))
     if trainer.board is not None:
         trainer.board.attention(s, trainer.task, trainer.model)
         trainer.board.flush()
-    return best.stop_line(t.patience, name) if best.exhausted(t.patience) else ""
+    return best.stop_line(t.patience, name) if judged and best.exhausted(t.patience) else ""
 
 
 def save_best(trainer, metric: str, step: int):
