@@ -108,16 +108,17 @@ def test_the_policy_page_lists_every_older_name_and_the_version_that_drops_them(
 
 
 def test_a_checkpoint_written_before_the_model_options_reads_as_the_model_it_was(tmp_path):
-    """The fixtures (written at 7ad2f11) have no attention_bias or scale_embedding: they
-    read as the model they were (no biases, embeddings scaled); a checkpoint that has the
-    options keeps them through a save and a load."""
+    """The fixtures (written at 7ad2f11) have no attention_bias, scale_embedding or
+    zero_start: they read as the model they were (no biases, embeddings scaled, the
+    decoder starting from its start token); a checkpoint that has the options keeps them
+    through a save and a load."""
     from scratchformer.app.checkpoint import load_checkpoint, read_header, save_checkpoint
     from scratchformer.engine.models import LanguageModel, TransformerConfig
 
     fixture = Path(__file__).parent / "fixtures" / "checkpoints_7ad2f11" / "lm.npz"
     assert not set(compat.ADDED_MODEL_FIELDS) & set(read_header(fixture)["config"])
     cfg = load_checkpoint(fixture).config
-    assert (cfg.attention_bias, cfg.scale_embedding) == (False, True)
+    assert (cfg.attention_bias, cfg.scale_embedding, cfg.zero_start) == (False, True, False)
     assert not compat.model_config({"vocab_size": 5, "scale_embedding": False})["scale_embedding"]
     options = dict(attention_bias=True, scale_embedding=False, pad_id=11, bos_id=10, eos_id=10)
     model = LanguageModel(TransformerConfig.preset("tiny", vocab_size=11, **options))

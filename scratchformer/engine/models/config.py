@@ -60,6 +60,9 @@ class TransformerConfig:
     attention_bias: bool = False
     # multiply the token embeddings by sqrt(d_model) (the paper, Marian; GPT-2: False)
     scale_embedding: bool = True
+    # the decoder's first position reads the zero vector, not its token's embedding
+    # (Marian's start, which CTranslate2's converter assumes); encoder-decoder only
+    zero_start: bool = False
     extra: dict = field(default_factory=dict)  # free-form notes kept with checkpoints
 
     def __post_init__(self):
@@ -228,6 +231,11 @@ def check_config(config, who: str) -> None:
                 f"{who}(config): pad_id = vocab_size (padding that is no token of the "
                 "vocabulary) is for the decoder-only LanguageModel: give a pad_id below "
                 f"{config.vocab_size}"
+            )
+        if config.zero_start and who != "Transformer":
+            raise ConfigError(
+                f"{who}(config): zero_start (the decoder starts from the zero vector) is "
+                "for the encoder-decoder Transformer"
             )
         return
     how = "TransformerConfig(**d)" if isinstance(config, dict) else "TransformerConfig(...)"
