@@ -13,7 +13,7 @@ from its vocabulary, in the shape its ``loss_forward`` takes, with padding:
 along ``--directions K`` random directions per tensor: at GPT-2's 124 M parameters the
 directions are what is practical (two forward passes each, whatever the size). A model
 without kinks (GELU) is checked at larger steps unless ``--h`` says otherwise, rounding
-being what limits its check: entries at 1e-5 (``SMOOTH_H``), directions at 1e-4
+being what limits its check: entries at 3e-5 (``SMOOTH_H``), directions at 1e-4
 (``EXTRAPOLATED_H``), extrapolated (the steps h and h/2 combined, Richardson's:
 truncation cancels to O(h^4)); several ``--h`` show the error by step.
 """
