@@ -31,6 +31,7 @@ import hashlib
 import os
 import shutil
 import struct
+import sys
 import zlib
 from collections.abc import Callable
 from functools import cached_property
@@ -161,6 +162,16 @@ class Place:
         here = self.root / "translate.npz"
         shutil.copy(self._translation(), here)
         return here
+
+    @cached_property
+    def gpt2(self) -> Path:
+        """A small GPT-2 folder (``import``'s input), written with NumPy and safetensors."""
+        pytest.importorskip("tokenizers")
+        pytest.importorskip("safetensors")
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hf"))
+        from gpt2_folders import numpy_gpt2  # noqa: PLC0415  (tests/hf's folder builders)
+
+        return numpy_gpt2(self.root / "gpt2")
 
     @cached_property
     def src(self) -> Path:
@@ -329,6 +340,26 @@ def average_default_linked_out(p: Place):
     (p.run / "checkpoints" / "averaged.npz").unlink(missing_ok=True)
     out = p.symlink(p.run / "checkpoints" / "averaged.npz", target)
     return ["average", str(p.run / "checkpoints"), "--last", "1"], [f"-o {out} exists", "link"]
+
+
+def _import(p: Place, out: Path) -> list:
+    return ["import", str(p.gpt2), "-o", str(out)]
+
+
+def import_symlink(p: Place):
+    out = p.symlink(p.root / "gpt2.npz", p.gpt2 / "model.safetensors")
+    return _import(p, out), [f"-o {out} is the model folder's file"]
+
+
+def import_hardlink(p: Place):
+    out = p.hardlink(p.root / "gpt2.npz", p.gpt2 / "model.safetensors")
+    return _import(p, out), [f"-o {out} is the model folder's file"]
+
+
+def import_foreign(p: Place):
+    out = p.root / "mine.npz"
+    np.savez(out, weights=np.arange(6.0))  # an .npz of the user's, not a checkpoint of ours
+    return _import(p, out), [f"-o {out} exists (not written by this output)"]
 
 
 def _export(p: Place, out: Path) -> list:
@@ -659,6 +690,12 @@ SHAPES: dict = {
         "hardlink-to-input": [Case("hf/model.safetensors = checkpoint", export_hardlink, True)],
         "foreign-file": [Case("hf/config.json of the user's", export_foreign)],
         "link-out-of-folder": [Case("hf/tokenizer.json -> outside", export_linked_out, True)],
+    },
+    "import": {
+        "symlink-to-input": [Case("-o -> model.safetensors", import_symlink, True)],
+        "hardlink-to-input": [Case("-o = model.safetensors", import_hardlink, True)],
+        "foreign-file": [Case("-o an .npz of the user's", import_foreign)],
+        "link-out-of-folder": FREE_PATH,
     },
     "plot attention": {
         "symlink-to-input": [Case("map -> checkpoint", attention_symlink, True)],
