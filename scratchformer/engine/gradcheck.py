@@ -45,6 +45,7 @@ from scratchformer.engine.backend import xp
 from scratchformer.engine.gradcheck_report import (  # the report's pieces, here too
     DEFAULT_TOL,
     ROUNDING_ULPS,
+    ZERO_FRACTION,
     GradCheckRow,
     GradReport,
     rel_error,
@@ -475,6 +476,7 @@ __all__ = [
     "numeric_gradient",
     "rel_error",
     "resolution",
+    "ZERO_FRACTION",
     "rounding_floor",
     "sample_entries",
 ]

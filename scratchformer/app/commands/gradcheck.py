@@ -48,6 +48,7 @@ from scratchformer.engine.gradcheck import (
     DEFAULT_H,
     DEFAULT_TOL,
     DIRECTIONAL_H,
+    ZERO_FRACTION,
     central_values,
     check_directions,
     check_model,
@@ -223,7 +224,7 @@ def resolution_note(found, tol: float, steps, dtype: str, directions: bool, name
     elif directions:
         scales["all parameters"] = sum(v * v for v in found.norm.values()) ** 0.5
     h = max(steps)
-    zero = resolution(found.loss, h, dtype)  # below it a gradient passes as zero
+    zero = ZERO_FRACTION * resolution(found.loss, h, dtype)  # below it: zero (verdict)
     floors = sorted(rounding_floor(found.loss, s, h, dtype) for s in scales.values() if s > zero)
     if not floors or tol >= floors[-1]:
         return ""
