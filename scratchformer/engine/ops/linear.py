@@ -84,9 +84,7 @@ def linear_few_rows_forward(x, W, b=None):
 # -- the parity cases and the registration ---------------------------------------------------
 def cases(r, dt):
     x, W, b = randn(r, (2, 3, 5), dt), randn(r, (5, 4), dt), randn(r, (4,), dt)
-    # a stored (V, D) matrix, the product with E^T as projected; V = 4, so that every case
-    # has the shapes (2, 3, 5) and (5, 4) an exercise's learner is told of
-    E = randn(r, (4, 5), dt)
+    E = randn(r, (9, 5), dt)  # a stored (V, D) matrix: the product with E^T, as projected
     return [Case("with bias", (x, W, b)), Case("no bias", (x, W)),
             Case("a transposed weight (the tied projection)", (x, E.T))]
 
