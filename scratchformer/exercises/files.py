@@ -102,17 +102,19 @@ def read(path: Path) -> str:
 
 
 def load_text(text: str, path: Path, ex: Exercise, file: str | None = None,
-              resolved: str | None = None) -> dict:
+              resolved: str | None = None, namespace: dict | None = None) -> dict:
     """``load`` of ``text``, the file ``path`` as it was read; ``file``: its
     ``__file__`` (the copy in the folder the code runs in), ``path`` by default;
-    ``resolved``: ``path`` made absolute where it was read."""
+    ``resolved``: ``path`` made absolute where it was read; ``namespace``: the dict the
+    file runs in (kept by the caller)."""
     name = resolved or str(Path(path).resolve())
     try:
         code = compile(text, name, "exec")
     except SyntaxError as e:
         where = f", line {e.lineno}" if e.lineno else ""
         raise LearnerError(f"{path}{where}: {e.msg}") from None
-    namespace = {"__name__": f"exercise_{ex.name}", "__file__": file or name}
+    namespace = {} if namespace is None else namespace
+    namespace.update({"__name__": f"exercise_{ex.name}", "__file__": file or name})
     with learner_code(name, f"loading {path}"):
         exec(code, namespace)
     return {f: namespace[f] for f in ex.functions if f in namespace}

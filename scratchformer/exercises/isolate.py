@@ -130,7 +130,7 @@ class Session:
                     os.close(fd)
                 learner.start(parent, (req_r, rep_w, out_w), str(self.box.scratch),
                               self.box.name, self.box.token)
-                _serve(req_r, rep_w, learner.Learner(texts, self.check), self.jobs)
+                learner.serve(req_r, rep_w, learner.Learner(texts, self.check), self.jobs)
             except BaseException:  # noqa: BLE001 - ours: said on the output pipe
                 traceback.print_exc()
             finally:
@@ -139,11 +139,13 @@ class Session:
         for fd in (req_r, rep_w, out_w):
             os.close(fd)
         os.set_blocking(self.req, False)
-        self.box.started(pid)
+        self.box.started(pid, (self.req, self.rep, self.out))
         try:
             found = self._ask(("load",))
-            if found[0] != "ok" or not isinstance(found[1], dict):
+            if found[0] != "ok" or len(found) != 2:
                 self._fail(found)
+            if not isinstance(found[1], dict) or set(found[1]) != set(self.texts):
+                self._fail(("tampered", "its answer to the checker's first request"))
         except LearnerError as e:  # the file did not load: the session holds why
             self.dead = e
             return
@@ -213,8 +215,7 @@ class Session:
             self._fail(found)
         _, result, changed, gone = found
         if not isinstance(changed, dict) or not isinstance(gone, list):
-            self._fail(("learner", "your code's process answered in a form the checker "
-                                   "does not know"))
+            self._fail(("tampered", "an answer of a form the checker does not know"))
         _write_back(function, given, changed, gone)
         return _resolve(result, given)
 
@@ -226,21 +227,23 @@ class Session:
         return found[1]
 
     def _fail(self, found):
-        """Raise what the learner's process answered instead of a result."""
+        """Raise what the learner's process answered instead of a result: an error of
+        the code, "not written", a shortcut; anything else is an answer the learner's
+        process was made to give (``tampered``), and ends the session."""
         kind = found[0] if isinstance(found, tuple) and found else None
         text = found[1] if len(found) > 1 and isinstance(found[1], str) else ""
         if kind == "not written":
             raise NotWritten(text)
         if kind == "shortcut":
             raise Shortcut(text)
-        e = LearnerError(text or "your code's process answered with something other than "
-                                 "its results")
-        at = found[2] if kind == "learner" and len(found) > 2 else None
-        if isinstance(at, tuple) and len(at) == 2 and isinstance(at[0], int):
-            e.at = at
-        if kind not in ("learner", "error"):
-            self.dead = e
-        raise e
+        if kind == "learner":
+            e = LearnerError(text or "your code failed")
+            at = found[2] if len(found) > 2 else None
+            if isinstance(at, tuple) and len(at) == 2 and isinstance(at[0], int):
+                e.at = at
+            raise e
+        self.dead = tampered(text if kind == "tampered" else "an answer that is no result")
+        raise self.dead
 
     # -- the pipe ---------------------------------------------------------------------------
     def _ask(self, message):
@@ -261,8 +264,7 @@ class Session:
         finally:
             self.used += time.perf_counter() - t0
         if seq != self._seq:
-            self.dead = LearnerError("your code wrote into the checker's pipe (an answer "
-                                     "out of turn): its results cannot be told apart")
+            self.dead = tampered("an answer out of turn (written into the checker's pipe)")
             raise self.dead
         return value if isinstance(value, tuple) and value else ("error", "")
 
@@ -302,9 +304,9 @@ class Session:
                     try:
                         found = wire.read_reply(data)
                     except wire.WireError as e:
-                        raise LearnerError(f"your code's process answered with {e}") from None
+                        raise tampered(str(e)) from None
                     if not isinstance(found, tuple) or len(found) != 2:
-                        raise LearnerError("your code's process answered out of form")
+                        raise tampered("an answer out of form")
                     return found
             watch = [self.rep, self.out] if self._out_open else [self.rep]
             ready = select.select(watch, [], [], self._left(t0))[0]
@@ -404,26 +406,12 @@ def session(texts: dict, folder, **kw):
     return Session(texts, folder, **kw) if available() else InProcess(texts, folder, **kw)
 
 
-def _serve(req: int, rep: int, lrn, jobs: dict) -> None:
-    """The learner's process: answer requests until killed."""
-    buf = bytearray()
-    while True:
-        while len(buf) < FRAME.size or len(buf) < FRAME.size + FRAME.unpack_from(buf)[0]:
-            chunk = os.read(req, 1 << 20)
-            if not chunk:
-                os._exit(0)
-            buf += chunk
-        (n,) = FRAME.unpack_from(buf)
-        seq, message = wire.read_request(bytes(buf[FRAME.size : FRAME.size + n]))
-        del buf[: FRAME.size + n]
-        value = learner.answer(lrn, message, jobs)
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        data = wire.reply((seq, value))
-        view = memoryview(FRAME.pack(len(data)) + data)
-        while view:
-            view = view[os.write(rep, view) :]
+def tampered(what: str) -> Shortcut:
+    """The learner's process answered what no learner's function returns: its answers
+    were changed (the pipe, the reply, the protocol patched). Nothing it computes can be
+    graded, so the file fails (a shortcut, not a crash)."""
+    return Shortcut(f"your code changed how its process answers the checker ({what}): "
+                    "nothing it computes can be graded, so nothing passes while it does")
 
 
 def _write_back(function: str, given: dict, changed: dict, gone: list) -> None:

@@ -161,7 +161,12 @@ def no_forward(ex, namespace: dict, paths: set):
 
     def profile(frame, event, arg):
         if event == "call" and frame.f_code in codes and not seen:
-            seen.append(frame.f_code.co_name)
+            caller = frame.f_back
+            while caller is not None and os.path.realpath(caller.f_code.co_filename) not in paths:
+                caller = caller.f_back
+            line = "" if caller is None else (
+                f"{shown(caller.f_code.co_filename)}, line {caller.f_lineno}: ")
+            seen.append((frame.f_code.co_name, line))
 
     old = sys.getprofile()
     sys.setprofile(profile)
@@ -170,8 +175,10 @@ def no_forward(ex, namespace: dict, paths: set):
     finally:
         sys.setprofile(old)
     if seen:
-        raise Shortcut(_said(paths, f"your backward called the forward ({seen[0]}) while it "
-                                    "ran: finite differences of your own"))
+        name, line = seen[0]
+        raise Shortcut(f"{line}your backward called the forward ({name}) while it ran: finite "
+                       "differences of your own: a check of that proves nothing about your "
+                       "backward pass, so nothing passes while it is there")
 
 
 # -- answering -------------------------------------------------------------------------------
@@ -182,6 +189,7 @@ class Learner:
         # {exercise: (path as given, text, its copy in the scratch folder, absolute path)}
         self.texts, self.check = texts, check
         self.code: dict = {}
+        self.namespaces: dict = {}  # the whole of each file's namespace
         self.plugged: tuple = ()
         self.stack = contextlib.ExitStack()
         self.paths = {os.path.realpath(r) for _, _, _, r in texts.values()}
@@ -193,7 +201,9 @@ class Learner:
         found = {}
         for name, (path, text, scratch_file, resolved) in self.texts.items():
             ex = EXERCISES[name]
-            self.code[name] = files.load_text(text, path, ex, scratch_file, resolved)
+            self.namespaces[name] = {}
+            self.code[name] = files.load_text(text, path, ex, scratch_file, resolved,
+                                              self.namespaces[name])
             found[name] = [f for f, fn in self.code[name].items() if callable(fn)]
         return found
 
@@ -227,7 +237,7 @@ class Learner:
                     stack.enter_context(ex.plug(self.code[exercise]))
                 stack.enter_context(learner_code(str(path), doing))
                 if self.check:
-                    stack.enter_context(no_forward(ex, self.code[exercise], self.paths))
+                    stack.enter_context(no_forward(ex, self.namespaces[exercise], self.paths))
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as e:
@@ -295,4 +305,26 @@ def answer(learner: Learner, message, jobs: dict):
         return "learner", f"{type(e).__name__}: {e}".split("\n")[0], None
 
 
-__all__ = ["Learner", "answer", "forbidden", "start", "tripwire"]
+def serve(req: int, rep: int, lrn, jobs: dict) -> None:
+    """The learner's process: answer requests until killed."""
+    buf, head = bytearray(), wire.HEADER
+    while True:
+        while len(buf) < head.size or len(buf) < head.size + head.unpack_from(buf)[0]:
+            chunk = os.read(req, 1 << 20)
+            if not chunk:
+                os._exit(0)
+            buf += chunk
+        (n,) = head.unpack_from(buf)
+        seq, message = wire.read_request(bytes(buf[head.size : head.size + n]))
+        del buf[: head.size + n]
+        value = answer(lrn, message, jobs)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        data = wire.reply((seq, value))
+        view = memoryview(head.pack(len(data)) + data)
+        while view:
+            view = view[os.write(rep, view) :]
+
+
+__all__ = ["Learner", "answer", "forbidden", "serve", "start", "tripwire"]

@@ -8,8 +8,9 @@ returns, ``end_all`` finds every descendant by walking ``/proc`` from the checke
 and kills it, until none is left. The learner's process dies with the checker
 (``PR_SET_PDEATHSIG``); a process it started that outlives a killed checker is found by
 the next check through ``leftovers`` (the session it was started in, the name the
-learner's process gives itself, which forks inherit, or the mark in its environment,
-which programs it runs inherit) and ended then.
+learner's process gives itself, which forks inherit, the mark in its environment,
+which programs it runs inherit, or the checker's pipes, which forks keep unless they
+close them) and ended then.
 
 While the learner's code runs, the checker is not *dumpable* (``PR_SET_DUMPABLE`` 0):
 another process of the same user can then neither trace it nor read or write its
@@ -171,18 +172,39 @@ def _reap(pids) -> None:
             os.waitpid(pid, os.WNOHANG)
 
 
-def leftovers(session: int | None, name: str, token: str) -> list[int]:
-    """Processes of an interrupted check still running: in its learner's session, of
-    the learner's process name, or with its mark in their environment."""
+def leftovers(session, started, name: str, token: str, pipes=()) -> list[int]:
+    """Processes of an interrupted check still running: in its learner's session
+    (``session``, the learner's process id, which started at ``started``), of the
+    learner's process name, with its mark in their environment, or holding one of its
+    pipes (``pipes``: their inode numbers; a fork keeps the descriptors it was born with
+    unless it closes them). A session is only taken for the learner's while its
+    number is not another process's (a number is used again once its process is gone)."""
     if not linux():
         return []
-    me, found = os.getpid(), []
-    for pid, st in table().items():
+    me, found, procs = os.getpid(), [], table()
+    held = {f"pipe:[{ino}]" for ino in pipes if isinstance(ino, int)}
+    leader = procs.get(session) if isinstance(session, int) else None
+    if not isinstance(session, int) or not isinstance(started, int) or (
+            leader is not None and leader[3] != started):
+        session = None
+    for pid, st in procs.items():
         if pid == me or st[1] == "Z":
             continue
-        if (session and st[2] == session) or st[4] == name[:15] or _marked(pid, token):
+        if ((session and st[2] == session and st[3] >= started) or st[4] == name[:15]
+                or _marked(pid, token) or (held and _holds(pid, held))):
             found.append(pid)
     return found
+
+
+def _holds(pid: int, held: set) -> bool:
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in held:
+                    return True
+    except OSError:
+        pass
+    return False
 
 
 def _marked(pid: int, token: str) -> bool:

@@ -30,7 +30,6 @@ import sys
 import time
 from pathlib import Path
 
-import scratchformer
 from scratchformer.app import writer
 from scratchformer.exercises import procs
 
@@ -39,7 +38,7 @@ MARKER = ".exercise-check-{pid}.json"
 READ_LIMIT = 4 << 20
 #: the most entries of a folder that are looked at
 ENTRIES = 5000
-PACKAGE = Path(scratchformer.__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # the installed scratchformer/
 
 
 def _stamp(st) -> tuple:
@@ -145,7 +144,7 @@ class Sandbox:
         self.name = f"sfl-{self.token}"
         interrupted(self.folder, say)
         self.marker = self.folder / MARKER.format(pid=os.getpid())
-        self.session = None
+        self.session, self.session_start, self.pipes = None, None, []
         self._mark()
         self.before = snapshot(self.folder, skip=self.keep)
         self.package = _package()
@@ -156,7 +155,9 @@ class Sandbox:
 
     def _mark(self) -> None:
         record = {"pid": os.getpid(), "start": procs.start_time(os.getpid()),
-                  "session": self.session, "name": self.name, "token": self.token,
+                  "session": self.session, "session_start": self.session_start,
+                  "name": self.name, "token": self.token,
+                  "pipes": self.pipes,
                   "time": time.strftime("%Y-%m-%d %H:%M:%S")}
         try:
             writer.unmark(self.marker)
@@ -164,9 +165,11 @@ class Sandbox:
         except OSError:
             pass  # a folder the checker may not write: no marker, nothing else changes
 
-    def started(self, session: int) -> None:
-        """The learner's process is ``session``: the marker says so."""
-        self.session = session
+    def started(self, session: int, pipes=()) -> None:
+        """The learner's process is ``session`` and holds ``pipes`` (descriptors): the
+        marker says so."""
+        self.session, self.session_start = session, procs.start_time(session)
+        self.pipes = [os.fstat(fd).st_ino for fd in pipes]
         self._mark()
 
     def close(self) -> list[str]:
@@ -216,10 +219,12 @@ def interrupted(folder: Path, say=print) -> None:
             pid = int(record["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if pid != os.getpid() and procs.start_time(pid) == record.get("start") is not None:
+        alive = procs.start_time(pid)
+        if pid != os.getpid() and alive is not None and alive == record.get("start"):
             continue  # a check running now, in another process
-        left = procs.leftovers(record.get("session"), str(record.get("name", "")),
-                               str(record.get("token", "")))
+        pipes = record.get("pipes") if isinstance(record.get("pipes"), list) else []
+        left = procs.leftovers(record.get("session"), record.get("session_start"),
+                               str(record.get("name", "")), str(record.get("token", "")), pipes)
         procs.kill(left)
         ended = f"; {len(left)} process(es) its code left running were ended" if left else ""
         say(f"the previous exercise check in {folder} (process {pid}, started "
