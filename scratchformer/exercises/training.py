@@ -149,6 +149,9 @@ def train_both(where: Path, steps=None, sets=(), progress=True, echo=print, limi
     if not found:
         return v, None, None, []
     echo(f"\n== a demonstration, your run: {cfg_yours.out_dir} ==")
+    # what the run's folder holds is judged here (a refusal is one line, as for train);
+    # the run itself is made again, and trained, in the learner's process
+    Trainer(cfg_yours, overwrite=True, progress=False, echo=lambda *a: None).lock.release()
     _say_whose(found, model_config, echo)
     yours = demonstration(cfg_yours, where, {n: texts[n] for n in found}, progress, echo)
     if yours is None:
