@@ -24,15 +24,13 @@ import argparse
 import platform
 import time
 
-try:  # the engine's folder; a tree from before it had one (run on both, PYTHONPATH)
-    from scratchformer.engine import backend
-    from scratchformer.engine.decode import beam_search, greedy_decode
-    from scratchformer.engine.models import Transformer, TransformerConfig
-except ModuleNotFoundError:
-    from scratchformer.decode import beam_search, greedy_decode
-    from scratchformer.models import Transformer, TransformerConfig
+import layout  # the engine in either layout (run on two trees: PYTHONPATH)
 
-    from scratchformer import backend
+backend = layout.engine("backend")
+beam_search = layout.engine("decode").beam_search
+greedy_decode = layout.engine("decode").greedy_decode
+Transformer = layout.engine("models").Transformer
+TransformerConfig = layout.engine("models").TransformerConfig
 
 xp = backend.xp
 

@@ -45,12 +45,10 @@ ATTENTION_CLASSES = ("MultiHeadAttention", "RelativeMultiHeadAttention", "SkewMu
 
 
 def _imp(name: str):
-    for prefix in ("scratchformer.engine.", "scratchformer."):
-        try:
-            return importlib.import_module(prefix + name)
-        except ModuleNotFoundError:
-            continue
-    raise ModuleNotFoundError(name)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import layout
+
+    return layout.engine(name)
 
 
 class Tracer:
@@ -139,12 +137,9 @@ def _reverse_model_and_batch():
 
 
 def _stepper_class():
-    for name in ("step", "train.stepper"):  # the engine's step, or its place before
-        try:
-            return _imp(name).Stepper
-        except (ModuleNotFoundError, AttributeError):
-            continue
-    raise ModuleNotFoundError("Stepper")
+    import layout
+
+    return _imp("step" if layout.split() else "train.stepper").Stepper
 
 
 def trace_training_step() -> dict:

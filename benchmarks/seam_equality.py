@@ -42,14 +42,10 @@ sys.path.insert(0, os.getcwd())
 
 def _imp(name: str):
     """The engine's module ``name`` ("optim.scaler") in either layout."""
-    import importlib
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import layout
 
-    for prefix in ("scratchformer.engine.", "scratchformer."):
-        try:
-            return importlib.import_module(prefix + name)
-        except ModuleNotFoundError:
-            continue
-    raise ModuleNotFoundError(name)
+    return layout.engine(name)
 
 
 VARIANTS = {

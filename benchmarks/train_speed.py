@@ -138,14 +138,12 @@ def gemm_gflops(size: int = 1024, repeats: int = 5) -> float:
 
 # -- child side -----------------------------------------------------------------------------
 def _engine(name: str):
-    """The engine's module ``name`` ("models"), in either layout: ``scratchformer.engine.X``
-    or, in a tree from before the engine had a folder, ``scratchformer.X`` (--against)."""
-    import importlib
+    """The engine's module ``name`` ("models"), in either layout (benchmarks/layout.py:
+    the tree of --against may be one from before the engine had a folder)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import layout
 
-    try:
-        return importlib.import_module(f"scratchformer.engine.{name}")
-    except ModuleNotFoundError:
-        return importlib.import_module(f"scratchformer.{name}")
+    return layout.engine(name)
 
 
 def _config(name, args):

@@ -27,6 +27,11 @@ def _sacrebleu():
     return sacrebleu
 
 
+def check_installed() -> None:
+    """ScoringError (one line: how to install it) when sacreBLEU is missing."""
+    _sacrebleu()
+
+
 def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
     """BLEU and chrF of ``hypotheses`` against one reference each, with signatures."""
     sb = _sacrebleu()
@@ -49,4 +54,4 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
     }
 
 
-__all__ = ["ScoringError", "corpus_scores"]
+__all__ = ["ScoringError", "check_installed", "corpus_scores"]

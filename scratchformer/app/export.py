@@ -49,6 +49,18 @@ concatenation is a piece, ranked as SentencePiece ranks the merged piece), byte
 fallback, SentencePiece's whitespace rules (no leading or trailing spaces, runs of
 spaces as one, a ``▁`` before the first word) and its decoder.
 
+**The zero start and CTranslate2.** A model trained with ``zero_start`` starts its
+decoder from the zero vector, as Marian's do. Its folder is written in the layout of
+OPUS-MT's, which CTranslate2's own converter assumes: one more vocabulary entry, the
+last, named ``<pad>``, with a zero embedding row (``decoder_start_token_id`` and
+``pad_token_id``: Marian's start is that zero row) and ``final_logits_bias`` -1e9, so that
+its probability ``exp(-1e9 - max)`` is exactly 0 in float32 and it changes no score;
+our padding id keeps its place under the name ``<padding>`` (never produced, like
+``<bos>``). The converter drops that last row and entry and starts from a zero vector:
+the same computation. A model that starts from ``<bos>`` is written without the extra
+entry (that converter would start it from the wrong vector); CTranslate2 reads it
+through a loader of five lines (docs/export.md).
+
 Refused in one line, with the reason: models other than the encoder-decoder
 Transformer (the language model, the classifier), pre-LN, learned positions, relative
 or local attention, head widths other than ``d_model / h``, a LayerNorm epsilon other
@@ -77,6 +89,9 @@ FILES = (
 )
 #: ``transformers``' names of our activations (ours: ReLU, GELU's tanh form)
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu_new"}
+#: the extra last entry of a zero-start model's folder (see the module doc): its name,
+#: the name our padding id takes there, and its bias (probability exactly 0 in float32)
+START_TOKEN, PADDING_NAME, NEVER = "<pad>", "<padding>", -1e9
 #: Marian's LayerNorm: torch.nn.LayerNorm's default epsilon, fixed
 MARIAN_LN_EPS = 1e-5
 
@@ -166,6 +181,15 @@ def _ffn(p: dict, pre: str, out: str, pi, tensors: dict) -> None:
     tensors[f"{out}.fc2.bias"] = p[f"{pre}.b_2"][pi]
 
 
+def _rows(cfg):
+    """What a vocabulary matrix (V, D) becomes in the folder: itself, or for a zero-start
+    model with the extra last row, zero (the module doc)."""
+    np = backend.np
+    if not cfg.zero_start:
+        return lambda M: M
+    return lambda M: np.concatenate([M, np.zeros((1, M.shape[1]), M.dtype)])
+
+
 def marian_tensors(model) -> dict:
     """``{transformers name: float32 host array}`` for ``MarianMTModel`` (see the module
     doc for the mapping); every array contiguous, as safetensors stores them."""
@@ -174,15 +198,19 @@ def marian_tensors(model) -> dict:
     p = {k: np.asarray(backend.asnumpy(v), dtype=np.float32) for k, v in model.parameters().items()}
     pi = permutation(cfg.d_model)
     t: dict = {}
-    E = p["embed.E"][:, pi]  # (V, D): target embeddings, and the output when tied
+    rows = _rows(cfg)
+    E = rows(p["embed.E"][:, pi])  # (V, D): target embeddings, and the output when tied
     if cfg.share_embeddings == "all":
         t["model.shared.weight"] = E
     else:
-        t["model.encoder.embed_tokens.weight"] = p["src_embed.E"][:, pi]
+        t["model.encoder.embed_tokens.weight"] = rows(p["src_embed.E"][:, pi])
     t["model.decoder.embed_tokens.weight"] = E
     # lm_head: E itself when tied (written too: a reader that does not tie still gets it)
-    t["lm_head.weight"] = E if cfg.share_embeddings != "none" else p["out_proj.W"][pi, :].T
-    t["final_logits_bias"] = np.zeros((1, cfg.vocab_size), np.float32)
+    t["lm_head.weight"] = E if cfg.share_embeddings != "none" else rows(p["out_proj.W"][pi, :].T)
+    bias = np.zeros((1, E.shape[0]), np.float32)
+    if cfg.zero_start:
+        bias[0, -1] = NEVER
+    t["final_logits_bias"] = bias
     for i in range(cfg.N):
         ours, theirs = f"encoder.layers.{i}", f"model.encoder.layers.{i}"
         _attention(p, f"{ours}.self_attn", f"{theirs}.self_attn", pi, t)
@@ -200,13 +228,24 @@ def marian_tensors(model) -> dict:
     return {k: np.ascontiguousarray(v) for k, v in t.items()}
 
 
+def start_id(cfg) -> int:
+    """The decoder's start in the folder: the zero start's extra last entry, or <bos>."""
+    return cfg.vocab_size if cfg.zero_start else cfg.bos_id
+
+
+def pad_token_id(cfg) -> int:
+    """transformers' padding id in the folder: the zero start's extra entry, or ours."""
+    return cfg.vocab_size if cfg.zero_start else cfg.pad_id
+
+
 def marian_config(cfg) -> dict:
     """``config.json``: the architecture, our special ids, no source <eos>."""
+    extra = int(cfg.zero_start)  # the zero start's extra last entry
     return {
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
-        "vocab_size": cfg.src_vocab,  # the encoder's (the decoder's too when shared)
-        "decoder_vocab_size": cfg.vocab_size,
+        "vocab_size": cfg.src_vocab + extra,  # the encoder's (the decoder's too when shared)
+        "decoder_vocab_size": cfg.vocab_size + extra,
         "d_model": cfg.d_model,
         "encoder_layers": cfg.N,
         "decoder_layers": cfg.N_dec,
@@ -222,10 +261,10 @@ def marian_config(cfg) -> dict:
         "dropout": cfg.P_drop,
         "attention_dropout": cfg.P_drop_attn,
         "activation_dropout": cfg.P_drop_ffn,
-        "pad_token_id": cfg.pad_id,
+        "pad_token_id": pad_token_id(cfg),
         "bos_token_id": cfg.bos_id,
         "eos_token_id": cfg.eos_id,
-        "decoder_start_token_id": cfg.bos_id,
+        "decoder_start_token_id": start_id(cfg),
         "forced_eos_token_id": cfg.eos_id,
         "is_encoder_decoder": True,
         "dtype": "float32",
@@ -235,13 +274,14 @@ def marian_config(cfg) -> dict:
 def generation_config(cfg) -> dict:
     """``generation_config.json``: greedy search under our token rules (module doc).
     ``max_length`` counts the start token: <bos> + ``max_len - 1`` tokens + <eos>."""
+    never = [cfg.pad_id, cfg.bos_id] + ([cfg.vocab_size] if cfg.zero_start else [])
     return {
-        "decoder_start_token_id": cfg.bos_id,
+        "decoder_start_token_id": start_id(cfg),
         "bos_token_id": cfg.bos_id,
         "eos_token_id": cfg.eos_id,
-        "pad_token_id": cfg.pad_id,
+        "pad_token_id": pad_token_id(cfg),
         "forced_eos_token_id": cfg.eos_id,
-        "suppress_tokens": [cfg.pad_id, cfg.bos_id],
+        "suppress_tokens": never,
         "min_new_tokens": 1,
         "max_length": cfg.max_len + 1,
         "num_beams": 1,
@@ -267,12 +307,26 @@ def bpe_merges(sp) -> list:
     return [[a, b] for *_, a, b in merges]
 
 
-def tokenizer_json(tokenizer) -> dict:
+def _names(tokenizer, cfg=None) -> list:
+    """The folder's name of every id: the SentencePiece pieces, and for a zero-start model
+    our padding id renamed and the extra last entry (the module doc)."""
+    sp = tokenizer.sp
+    names = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    if cfg is not None and cfg.zero_start:
+        names[cfg.pad_id] = PADDING_NAME
+        names.append(START_TOKEN)
+    return names
+
+
+def tokenizer_json(tokenizer, cfg=None) -> dict:
     """``tokenizer.json``: our SentencePiece BPE for the ``tokenizers`` library, adding no
-    special token to a sentence (the module doc)."""
+    special token to a sentence (the module doc); ``cfg``: the model, whose ``zero_start``
+    adds the extra last entry."""
     sp = tokenizer.sp
     n = sp.get_piece_size()
+    names = _names(tokenizer, cfg)
     specials = [i for i in range(n) if sp.is_control(i) or sp.is_unknown(i)]
+    specials += list(range(n, len(names)))  # the extra entry, beyond the pieces
     meta = "\u2581"
     return {
         "version": "1.0",
@@ -281,7 +335,7 @@ def tokenizer_json(tokenizer) -> dict:
         "added_tokens": [
             {
                 "id": i,
-                "content": sp.id_to_piece(i),
+                "content": names[i],
                 "single_word": False,
                 "lstrip": False,
                 "rstrip": False,
@@ -323,7 +377,7 @@ def tokenizer_json(tokenizer) -> dict:
             "fuse_unk": True,
             "byte_fallback": True,
             "ignore_merges": False,
-            "vocab": {sp.id_to_piece(i): i for i in range(n)},
+            "vocab": {names[i]: i for i in range(n)},
             "merges": bpe_merges(sp),
         },
     }
@@ -335,7 +389,7 @@ def tokenizer_config(cfg, tokenizer) -> dict:
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": cfg.max_len,
-        "pad_token": sp.id_to_piece(cfg.pad_id),
+        "pad_token": _names(tokenizer, cfg)[pad_token_id(cfg)],
         "bos_token": sp.id_to_piece(cfg.bos_id),
         "eos_token": sp.id_to_piece(cfg.eos_id),
         "unk_token": sp.id_to_piece(sp.unk_id()),
@@ -384,7 +438,7 @@ def export_marian(checkpoint, out, overwrite: bool = False, echo=None) -> list:
         "config.json": _json(marian_config(cfg)),
         "generation_config.json": _json(generation_config(cfg)),
         "model.safetensors": save(marian_tensors(ckpt.model), metadata={"format": "pt"}),
-        "tokenizer.json": _json(tokenizer_json(tokenizer)),
+        "tokenizer.json": _json(tokenizer_json(tokenizer, cfg)),
         "tokenizer_config.json": _json(tokenizer_config(cfg, tokenizer)),
         "tokenizer.model": tokenizer.proto,
     }
@@ -402,8 +456,10 @@ __all__ = [
     "generation_config",
     "marian_config",
     "marian_tensors",
+    "pad_token_id",
     "permutation",
     "refusal",
+    "start_id",
     "tokenizer_config",
     "tokenizer_json",
 ]

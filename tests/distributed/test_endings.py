@@ -123,7 +123,10 @@ def test_a_run_that_ends_by_itself_is_judged_and_released(
     assert steps_saved(run) == saved
     # the average takes the checkpoints of the last 20% of the steps: two or more of them
     averaged = len(averaging_window([(s, None) for s in saved], 2, saved[-1])) > 1
-    assert kinds(run).count("test") == (2 if averaged else 1)  # last, and averaged
+    judged = [r["model"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+              if r["kind"] == "test"]
+    # last, averaged, and best.npz when it is not the last checkpoint
+    assert [m for m in judged if m != "best"] == (["last", "averaged"] if averaged else ["last"])
     assert "test set: 8 examples never seen in training" in job.out.read_text()
     assert (run / "checkpoints" / "averaged.npz").is_file() == averaged
     assert (run / "checkpoints" / "final.npz").is_file()
@@ -152,8 +155,8 @@ def test_the_ranks_share_the_test_decoding_and_judge_as_one_process(mpi, tmp_pat
         m, _ = task.test(model, cfg.train.max_tokens, cfg.train.examples, cfg.seed)
         m = {k: v for k, v in m.items() if k not in timing}
         alone.append({"kind": "test", "step": 12, "model": which, **m})
-    assert sum(r.pop("final") for r in judged) == 1  # one of the two is the final model
-    assert judged == alone
+    assert sum(r.pop("final") for r in judged) == 1  # one of them is the final model
+    assert [r for r in judged if r["model"] != "best"] == alone
     assert job.out.read_text().count("test set: 8 examples never seen") == 1  # rank 0 speaks
 
 
@@ -198,7 +201,7 @@ def test_a_second_ctrl_c_stops_at_once_and_leaves_no_partial_file(mpi, tmp_path)
     """The checkpoint of the first Ctrl-C is held half-written by a fault of
     tests/fault_hooks.py (rank 0 announces it on stderr) when the second comes."""
     cfg = config(tmp_path, 100_000)
-    hook = faults_env(ENV, save="before-write")  # every save: the first is step 5
+    hook = faults_env(ENV, save="before-write:checkpoint_5.npz")  # the first checkpoint
     job = start(tmp_path, "ranks", mpi, "--config", cfg, env=hook)
     ranks = [job.rank_pid(0), job.rank_pid(1)]
     deadline = time.monotonic() + RUN_LIMIT

@@ -14,7 +14,7 @@ After each kill every checkpoint in the directory still loads, and the next run 
 from the newest one (``--resume``), or afresh with ``--overwrite`` when the kill came
 before the first checkpoint. It removes the temporary file a killed save left, saying
 so. At the end, the parameters, Adam's moments and step count, the data position and
-the averaged and final models (every array of every kept checkpoint, compared with
+the averaged, final and best models (every array of every kept checkpoint, compared with
 ``np.array_equal``), the list of files, and the metrics log's train, validation and
 test records (timings aside) equal those of one uninterrupted run of the same config.
 
@@ -140,7 +140,7 @@ class KilledRun:
         """Whatever the kill interrupted, every checkpoint under its real name loads."""
         for _, path in list_checkpoints(self.ckpts) if self.ckpts.is_dir() else []:
             load_checkpoint(path)
-        for name in ("averaged.npz", "final.npz"):
+        for name in ("averaged.npz", "final.npz", "best.npz"):
             if (self.ckpts / name).exists():
                 load_checkpoint(self.ckpts / name)
 
@@ -191,7 +191,8 @@ def assert_same_run(killed: Path, reference: Path) -> None:
 
     assert files(killed) == files(reference)
     names = [p.name for p in sorted((reference / "checkpoints").iterdir())]
-    assert {"averaged.npz", "final.npz"} <= set(names) and len(names) == 6  # 4 kept + 2
+    kept = {"averaged.npz", "final.npz", "best.npz"}
+    assert kept <= set(names) and len(names) == 7  # 4 checkpoints kept + 3
     for name in names:
         a, ha = arrays_and_header(killed / "checkpoints" / name)
         b, hb = arrays_and_header(reference / "checkpoints" / name)
@@ -199,7 +200,7 @@ def assert_same_run(killed: Path, reference: Path) -> None:
         for k in b:
             assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), f"{name}: {k}"
         assert ha == hb, name
-        if name not in ("averaged.npz", "final.npz"):
+        if name not in ("averaged.npz", "final.npz", "best.npz"):
             assert any(k.startswith("optim/m/") for k in b) and hb["optimizer"]["t"] > 0
     ours, theirs = records(killed), records(reference)
     assert [r for r in ours if r["kind"] == "train"] == [r for r in theirs if r["kind"] == "train"]

@@ -143,18 +143,20 @@ def test_every_task_runs_from_the_same_command_with_the_same_output(task, tmp_pa
     dev = [line for line in steps if " | dev | " in line]
     name = "nll" if all(" | nll " in line for line in dev) else "loss"
     assert name == ("loss" if task in ("lm", "classify") else "nll")
+    # the candidates: the last checkpoint and the best by dev nll (best.npz, of step 3
+    # when it validated better than step 6, else the last checkpoint itself)
     ending = [line for line in out if line.startswith("final model: ")]
     assert len(ending) == 1
-    assert ending[0].startswith(f"final model: the last checkpoint (dev {name} ")
+    best_3 = ending[0].startswith(f"final model: the best checkpoint by dev {name}, of step 3 (")
+    assert best_3 or ending[0].startswith(f"final model: the last checkpoint (dev {name} ")
     assert ending[0].endswith(
         "; no average: the average takes the checkpoints of the last 20% of the steps (after "
         "step 4), and only step 6's was saved there: save more often (--checkpoint-every) to "
         "have one"
     )
-    assert any(
-        line.startswith("  last checkpoint (step 6): ") and line.endswith("<- the final model")
-        for line in out
-    )
+    final = f"  best by dev {name} (step 3): " if best_3 else "  last checkpoint (step 6): "
+    assert any(line.startswith(final) and line.endswith("<- the final model") for line in out)
+    assert any(line.startswith("  last checkpoint (step 6): ") for line in out)
     assert not any(line.startswith("  average of ") for line in out)
     assert any(line.startswith("done: step 6, 6 steps in ") for line in out)
     files = out[out.index(f"files in {tmp_path / 'run'}:") :]
@@ -162,7 +164,9 @@ def test_every_task_runs_from_the_same_command_with_the_same_output(task, tmp_pa
         "config.json",
         "metrics.jsonl",
         "checkpoint_3.npz ... checkpoint_6.npz",
-        "final.npz     the final model: the last checkpoint",
+        "final.npz     the final model: the "
+        + ("best checkpoint" if best_3 else "last checkpoint"),
+        f"checkpoints/best.npz  the best model by dev nll (step {3 if best_3 else 6})",
     ):
         assert any(name in line for line in files), name
     for f in ("config.json", "metrics.jsonl", "checkpoints/final.npz"):

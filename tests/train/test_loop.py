@@ -101,7 +101,9 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     for moment in ("m", "v"):
         for k, v in a.optimizer_state[moment].items():
             np.testing.assert_array_equal(v, b.optimizer_state[moment][k])
-    wall = ("seconds",)  # wall time differs; the position in the data does not
+    # wall time differs; the position in the data does not. The best scores differ: the
+    # first part was a run of its own, ending at its own train.steps (6), validated there
+    wall = ("seconds", "best")
     assert {k: v for k, v in a.train_state.items() if k not in wall} == {
         k: v for k, v in b.train_state.items() if k not in wall
     }
@@ -267,6 +269,16 @@ def test_run_writes_metrics_checkpoints_and_evaluates(tmp_path):
     res = train(small_config(tmp_path, checkpoint_every=1), progress=False, echo=lines.append)
     recs = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     kinds = [(r["kind"], r["step"]) for r in recs]
+    # best.npz: the model of the validation with the lower nll (step 4 or 8); a best of
+    # step 4 is a third model judged on the test set, after the last and the average
+    ckpts = tmp_path / "run/checkpoints"
+    best = load_checkpoint(ckpts / "best.npz").meta["best"]
+    best_step = 4 if recs[2]["nll"] < recs[5]["nll"] else 8
+    assert (
+        best["step"] == best_step
+        and best["scores"]["nll"] == recs[2 if best_step == 4 else 5]["nll"]
+    )
+    judged = ["last", "averaged"] + (["best"] if best_step == 4 else [])
     assert kinds == [
         ("train", 2),
         ("train", 4),
@@ -274,16 +286,15 @@ def test_run_writes_metrics_checkpoints_and_evaluates(tmp_path):
         ("train", 6),
         ("train", 8),
         ("valid", 8),
-        ("test", 8),
-        ("test", 8),
+        *[("test", 8)] * len(judged),
     ]
-    assert [r["model"] for r in recs[-2:]] == ["last", "averaged"]
+    assert [r["model"] for r in recs[6:]] == judged
+    recs = recs[:8]  # the last and the average, as below
     train_rec = recs[0]
     assert {"loss", "ppl", "lr", "grad_norm", "tokens_per_s"} <= set(train_rec)
     valid_rec = recs[2]
     assert {"loss", "ppl", "token_acc", "seq_acc"} <= set(valid_rec)
     assert valid_rec["ppl"] == pytest.approx(math.exp(valid_rec["nll"]))
-    ckpts = tmp_path / "run/checkpoints"
     assert [s for s, _ in list_checkpoints(ckpts)] == [4, 5, 6, 7, 8]  # the newest 5 kept
     ck = load_checkpoint(res.checkpoint)
     assert ck.meta["tokenizer"]["type"] == "char" and ck.step == 8
@@ -298,7 +309,10 @@ def test_run_writes_metrics_checkpoints_and_evaluates(tmp_path):
     chosen = final.meta["final"]
     nll = chosen["valid_nll"]
     assert nll["last"] == recs[5]["nll"]  # the last validation, not judged again
-    assert chosen["model"] == ("averaged" if nll["averaged"] <= nll["last"] else "last")
+    if best_step == 8:  # the best is the last checkpoint: two candidates
+        assert chosen["model"] == ("averaged" if nll["averaged"] <= nll["last"] else "last")
+    if chosen["model"] == "best":  # the third candidate won: the rest is of the other two
+        return
     source = avg if chosen["model"] == "averaged" else ck
     for k, v in source.model.state_dict().items():
         np.testing.assert_array_equal(final.model.state_dict()[k], v)
@@ -331,6 +345,7 @@ def test_run_writes_metrics_checkpoints_and_evaluates(tmp_path):
             "metrics.jsonl",
             *(f"checkpoints/checkpoint_{s}.npz" for s in (4, 5, 6, 7, 8)),
             "checkpoints/final.npz",
+            "checkpoints/best.npz",
             "checkpoints/averaged.npz",
         )
     ]
@@ -351,7 +366,7 @@ def test_the_final_model_is_the_one_with_the_lower_validation_nll(tmp_path, monk
             return {"nll": 1.0 if good else 2.0}
 
         monkeypatch.setattr(task, "evaluate", evaluate)
-        return real(task, model, averaged, **{**kw, "valid": []})
+        return real(task, model, averaged, **{**kw, "valid": [], "best": None})
 
     monkeypatch.setattr(final_mod, "choose_final", planted)
     cfg = small_config(tmp_path, checkpoint_every=1, test=False)

@@ -237,3 +237,59 @@ def test_untied_embeddings_export_exactly(bpe, share, tmp_path):
     with torch.no_grad():
         b = hf(input_ids=torch.from_numpy(src), decoder_input_ids=torch.from_numpy(tgt)).logits
     assert np.abs(a - b.numpy()).max() / np.abs(a).max() < 1e-5
+
+
+def test_a_zero_start_model_gets_the_extra_last_entry(bpe, tmp_path):
+    """A ``zero_start`` model's folder (the module doc): the extra last entry ``<pad>``
+    (zero row, bias -1e9, the start and transformers' padding), our padding renamed."""
+    model = Transformer(config(bpe, zero_start=True, seed=4))
+    V = len(bpe.vocab)
+    ckpt = tmp_path / "m.npz"
+    save_checkpoint(ckpt, model, meta={"tokenizer": bpe.to_dict()})
+    out = tmp_path / "hf"
+    export.export_marian(ckpt, out)
+    cfg = json.loads((out / "config.json").read_text())
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert (cfg["vocab_size"], cfg["decoder_vocab_size"]) == (V + 1, V + 1)
+    assert cfg["decoder_start_token_id"] == cfg["pad_token_id"] == V
+    assert gen["decoder_start_token_id"] == V and V in gen["suppress_tokens"]
+    t = export.marian_tensors(model)
+    assert t["model.shared.weight"].shape == (V + 1, 8)
+    assert not t["model.shared.weight"][V].any()
+    assert t["final_logits_bias"][0, V] == export.NEVER and not t["final_logits_bias"][0, :V].any()
+    tok = json.loads((out / "tokenizer.json").read_text())
+    names = {a["id"]: a["content"] for a in tok["added_tokens"]}
+    assert names[V] == "<pad>" and names[model.config.pad_id] == "<padding>"
+    assert json.loads((out / "tokenizer_config.json").read_text())["pad_token"] == "<pad>"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("share", ["all", "none"])
+def test_a_zero_start_model_exports_exactly(bpe, share, tmp_path):
+    """transformers starts from the extra entry's zero row: its logits equal ours (which
+    start from the zero vector, whatever token is at position 0) within float32
+    rounding, and the extra entry's probability is exactly 0."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = Transformer(config(bpe, zero_start=True, share_embeddings=share, N=2, seed=5))
+    V = len(bpe.vocab)
+    ckpt = tmp_path / "m.npz"
+    save_checkpoint(ckpt, model, meta={"tokenizer": bpe.to_dict()})
+    export.export_marian(ckpt, tmp_path / "hf")
+    hf = transformers.MarianMTModel.from_pretrained(tmp_path / "hf").eval()
+    r = np.random.default_rng(0)
+    src, tgt = r.integers(4, V, (3, 7)), r.integers(4, V, (3, 5))
+    tgt[:, 0] = model.config.bos_id
+    theirs_in = tgt.copy()
+    theirs_in[:, 0] = V  # the folder's start
+    a = np.asarray(model.forward(src, tgt)[0])
+    with torch.no_grad():
+        b = hf(input_ids=torch.from_numpy(src), decoder_input_ids=torch.from_numpy(theirs_in))
+    b = b.logits.numpy()
+    assert np.abs(a - b[..., :V]).max() / np.abs(a).max() < 1e-5
+    assert (torch.log_softmax(torch.from_numpy(b), -1)[..., V] < -1e8).all()
+    with torch.no_grad():
+        p_theirs = torch.softmax(torch.from_numpy(b), -1)[..., :V].numpy()
+    p_ours = np.exp(a - a.max(-1, keepdims=True))
+    p_ours /= p_ours.sum(-1, keepdims=True)
+    assert np.abs(p_theirs - p_ours).max() < 1e-6

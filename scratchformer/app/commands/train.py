@@ -57,6 +57,8 @@ FLAGS = {
     "eval_every": "train.eval_every",
     "checkpoint_every": "train.checkpoint_every",
     "threads": "train.threads",
+    "best_metric": "train.best_metric",
+    "patience": "train.patience",
     "warmup": "optim.warmup",
     "lr_factor": "optim.lr_factor",
 }
@@ -90,6 +92,23 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint-every", type=NONNEGATIVE, help="steps between checkpoints")
     p.add_argument("--threads", type=NONNEGATIVE, help="BLAS threads (0 = the BLAS default)")
     p.add_argument(
+        "--best-metric",
+        choices=["nll", "bleu", "chrf", "accuracy"],
+        help="the dev metric of checkpoints/best.npz, early stopping and the final model "
+        "(train.best_metric: nll; bleu or chrf for translate; accuracy for classify)",
+    )
+    p.add_argument(
+        "--patience",
+        type=NONNEGATIVE,
+        help="stop after this many validations without a better best metric (0 = never)",
+    )
+    p.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="write TensorBoard event files beside metrics.jsonl (train.tensorboard; needs "
+        "tensorboardX: pip install -e '.[tensorboard]'); view: tensorboard --logdir runs",
+    )
+    p.add_argument(
         "--ranks",
         type=COUNT,
         default=1,
@@ -118,7 +137,8 @@ def add_parser(sub) -> None:
         "--overwrite",
         action="store_true",
         help="start afresh in a run directory that holds an earlier run (deleting only its "
-        "checkpoint_<step>.npz, averaged.npz, final.npz, metrics.jsonl and config.json)",
+        "checkpoint_<step>.npz, averaged.npz, final.npz, best.npz, metrics.jsonl, "
+        "config.json and TensorBoard event files)",
     )
     p.add_argument(
         "--no-progress",
@@ -143,6 +163,8 @@ def override_layers(args) -> list[tuple[dict, str]]:
             layers.append((d, f"--{dest.replace('_', '-')}"))
     if getattr(args, "no_test", False):
         layers.append(({"train": {"test": False}}, "--no-test"))
+    if getattr(args, "tensorboard", False):
+        layers.append(({"train": {"tensorboard": True}}, "--tensorboard"))
     for item in args.set:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE")
@@ -190,11 +212,13 @@ def resolve_config(args) -> tuple[TrainConfig, str | None]:
         path = latest_checkpoint(run_dir / "checkpoints")
         if path is None:
             raise CheckpointError(f"nothing to resume: no checkpoints in {run_dir / 'checkpoints'}")
-        overrides = [({"run_dir": str(run_dir)}, "the run directory"), *overrides]
     else:
         path = Path(resume)
     notes: list = []
-    return build([_stored_layer(path, notes), *overrides], notes), str(path)
+    stored = _stored_layer(path, notes)
+    if resume == "latest" and build([stored]).out_dir != run_dir:  # the run was moved
+        overrides = [({"run_dir": str(run_dir)}, "the run directory"), *overrides]
+    return build([stored, *overrides], notes), str(path)
 
 
 def run(args) -> int:

@@ -47,6 +47,8 @@ TOP_LEVEL = ("name", "seed", "run_dir")
 #: the values of ``[train] precision`` (engine/step.py)
 PRECISIONS = ("float32", "float16")
 SECTIONS = ("task", "model", "optim", "train")
+#: the values of ``[train] best_metric`` (``train.best``); each task takes some of them
+BEST_METRICS = ("nll", "bleu", "chrf", "accuracy")
 
 
 @dataclass
@@ -104,8 +106,16 @@ class LoopConfig:
     loss_scale_window: int  # mixed precision: good steps in a row that double the scale
     min_loss_scale: float  # mixed precision: a loss scale below this stops the run (diverged)
     max_skipped_share: float  # mixed precision: a log window skipping more (after step 100) too
+    best_metric: str  # the dev metric of best.npz, early stopping and the final choice
+    best_sentences: int  # bleu, chrf: dev sentences decoded (greedy) per validation; 0 = all
+    patience: int  # stop after this many validations without a better best_metric; 0 = off
+    tensorboard: bool  # TensorBoard event files in the run directory (the tensorboard extra)
 
     def check(self) -> None:
+        need(
+            self.best_metric in BEST_METRICS,
+            f"train.best_metric={self.best_metric!r}: expected one of {', '.join(BEST_METRICS)}",
+        )
         need(
             self.precision in PRECISIONS,
             f"train.precision={self.precision!r}: expected one of {', '.join(PRECISIONS)}",
@@ -405,12 +415,19 @@ def _typed(d: dict, origins: dict) -> TrainConfig:
     task_name = d["task"]["name"]
     task = _section(TASKS[task_name].Settings, d["task"], "task", origins, task_name)
     _check_model_keys(d["model"], origins)
+    train = _section(LoopConfig, d["train"], "train", origins)
+    metrics = TASKS[task_name].best_metrics
+    need(
+        train.best_metric in metrics,
+        f"train.best_metric={train.best_metric!r}{_where(origins, 'train.best_metric')} does "
+        f"not apply to task {task_name}, whose dev metrics are {', '.join(metrics)}",
+    )
     return TrainConfig(
         **top,
         task=task,
         model=dict(d["model"]),
         optim=_section(OptimConfig, d["optim"], "optim", origins),
-        train=_section(LoopConfig, d["train"], "train", origins),
+        train=train,
     )
 
 

@@ -32,9 +32,11 @@ then continues it. Ctrl-C or SIGTERM stops it after the step in flight, checkpoi
 
 Outputs in the run directory (``runs/<name>`` by default): ``config.json``,
 ``metrics.jsonl`` (one JSON record per line), ``checkpoints/checkpoint_<step>.npz``,
-``averaged.npz`` (the mean of the last ``average_last``) and ``final.npz`` (the final
-model). The end of a run judges the test set as the task is used (decoded, sampled or
-classified), with the last checkpoint and with the average, as the paper does.
+``best.npz`` (the best model by ``train.best_metric``: ``best``), ``averaged.npz`` (the
+mean of the last ``average_last``), ``final.npz`` (the final model) and, with
+``train.tensorboard``, TensorBoard's event files (``board``). The end of a run judges
+the test set as the task is used (decoded, sampled or classified), with the last
+checkpoint, the average and the best checkpoints.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ from scratchformer.app.checkpoint import checkpoint_name, list_checkpoints, save
 from scratchformer.app.data.batching import TokenBatchSampler
 from scratchformer.app.errors import Interrupted, TrainingDiverged
 from scratchformer.app.progress import clock, terminal
-from scratchformer.app.train import final, report
+from scratchformer.app.train import board, final, report
+from scratchformer.app.train.best import Best, check_scoring, validate
 from scratchformer.app.train.config import TrainConfig
 from scratchformer.app.train.interrupts import Interrupts, agree, ending
 from scratchformer.app.train.limits import (
@@ -63,14 +66,17 @@ from scratchformer.app.train.records import (
     dropout_seed,
     overflow_problem,
     stop_message,
+    train_record,
 )
 from scratchformer.app.train.report import TrainResult
-from scratchformer.app.train.resume import resume_run
+from scratchformer.app.train.resume import resume_run, share_state
 from scratchformer.app.train.rundir import (
     LOCK_NAME,
     RunLock,
     append_record,
+    best_files,
     clear_for_fresh_run,
+    event_files,
     prune_checkpoints,
     refuse_foreign_files,
     refuse_links_out,
@@ -142,6 +148,9 @@ class Trainer:
         outputs = getattr(self.model, "num_classes", self.model_config.vocab_size)
         self.divergence = Divergence(outputs)  # a finite loss that explodes stops the run
         self.smoothed = bool(self.model_config.eps_ls)  # the loss shown is not the NLL
+        self.best = Best(t.best_metric)  # best.npz and early stopping (rank 0's counts)
+        self.board = None  # TensorBoard's event file, while the run writes one (rank 0)
+        self.valid: list = []  # the validation records of this process
         self.stepper = Stepper(self.model, o, t, self.model_config.d_model, w)
         self.flat = self.stepper.flat  # every parameter in one array, every gradient too
         # Position: optimizer steps done, and the next batch of the data order.
@@ -159,6 +168,8 @@ class Trainer:
         self.lock = None
         self.interrupts = Interrupts(w.main, w.size)  # the run's signal handlers, while it runs
         if w.main:
+            check_scoring(t.best_metric)  # sacreBLEU for a dev BLEU: said before any work
+            board.check_installed(t.tensorboard)
             refuse_foreign_files(self.run_dir)  # a folder with files of ours it did not write
             refuse_links_out(self.run_dir)  # or with links out of it at the names it writes
             # locked before anything in the directory changes; released when ``run`` ends
@@ -172,7 +183,7 @@ class Trainer:
             except BaseException:
                 self.lock.release()
                 raise
-        self._share_state()
+        share_state(self)
         if w.size > 1:  # a rank that ends the job clears rank 0's name from the lock
             holder = w.broadcast(self.lock.holder if w.main else None)
             if not w.main:
@@ -180,21 +191,6 @@ class Trainer:
                 w.before_abort.append(lambda: RunLock.clear_holder(path, holder))
 
     # -- the run directory ------------------------------------------------------------------
-    def _share_state(self) -> None:
-        """Every rank starts from rank 0's parameters, moments and position (a resumed
-        run's are read by rank 0 alone; a fresh run's are equal already)."""
-        w = self.world
-        if w.size == 1:
-            return
-        keys = ("step", "epoch", "batch_index", "tokens_seen", "seconds_before", "last_checkpoint")
-        keys += ("saved",)
-        mine = {k: getattr(self, k) for k in keys}
-        state = w.broadcast({**mine, "window": self.window.state()})
-        for k in keys:
-            setattr(self, k, state[k])
-        self.window = Window(state["window"])
-        self.stepper.share(w)
-
     # -- state -------------------------------------------------------------------------------
     def train_state(self) -> dict:
         return {
@@ -205,6 +201,7 @@ class Trainer:
             "seed": self.cfg.seed,
             "seconds": self.seconds_before + time.perf_counter() - self.t_start,
             "window": self.window.state(),
+            "best": self.best.state(),
             "data": self.task.fingerprint(),
             "ranks": self.world.size,
             **self.stepper.state(),
@@ -233,6 +230,8 @@ class Trainer:
             self.last_checkpoint = self.ckpt_dir / checkpoint_name(self.step)
             self.saved.append((self.step, self.last_checkpoint))
             return self.last_checkpoint
+        if self.board is not None:  # what a resume from this checkpoint will not redo
+            self.board.flush()
         path = save_checkpoint(
             self.ckpt_dir / checkpoint_name(self.step),
             self.model,
@@ -249,6 +248,8 @@ class Trainer:
     def log(self, record: dict) -> None:
         if self.world.main:
             append_record(self.metrics_path, record)
+            if self.board is not None:
+                self.board.record(record)
 
     # -- one step ----------------------------------------------------------------------------
     def next_batch(self):
@@ -318,6 +319,9 @@ class Trainer:
                 e.message = ending(self, e.signum, self.interrupts.phase)
             raise
         finally:
+            if self.board is not None:
+                self.board.close()
+                self.board = None
             if self.lock:
                 self.lock.release()
 
@@ -326,6 +330,8 @@ class Trainer:
         if self.world.main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_config(self.run_dir, cfg.to_dict())
+            if cfg.train.tensorboard:  # a new file for this process, from its first step
+                self.board = board.Board(self.run_dir, self.step, self.echo)
         lines = report.header(
             cfg, self.task, self.model, len(self.sampler), self.run_dir, self.world.size,
             self.seconds_before,
@@ -358,10 +364,12 @@ class Trainer:
             f"done: step {self.step}, {self.step - first} steps in {clock(train_seconds)} "
             f"({speed:,.0f} tokens/s), {clock(elapsed)} with evaluation"
         )
-        for line in report.files_written(self.run_dir, kept, averaged, chosen):
+        more = best_files(self.ckpt_dir) + event_files(self.run_dir) if self.world.main else []
+        for line in report.files_written(self.run_dir, kept, averaged, chosen, self.best, more):
             self.echo(line)
         files = [self.run_dir / "config.json", self.metrics_path, *kept]
         files += [chosen.path] if chosen is not None and chosen.path is not None else []
+        files += more
         return TrainResult(
             step=self.step,
             losses=losses,
@@ -381,7 +389,11 @@ class Trainer:
         loss is read, with the others since the last record, when the next one is made
         (or a checkpoint saved), and so is the progress bar's."""
         t = self.cfg.train
-        valid, stopped = [], ""
+        self.valid = valid = []
+        # a resumed run that stopped early has nothing to train (train.patience: more)
+        stopped = self.best.stop_line(t.patience) if self.best.exhausted(t.patience) else ""
+        if stopped:
+            self.echo(stopped + " (raise train.patience to train on)")
         self.losses, self.checked_step = [], self.step
         first = self.step
         self.tokens_seen_here, self.aside_seconds = 0, 0.0
@@ -395,7 +407,7 @@ class Trainer:
             dynamic_ncols=True,
         )
         try:
-            while self.step < t.steps:
+            while self.step < t.steps and not stopped:
                 rec = self.train_step()
                 s = self.step
                 self.tokens_seen_here += rec["tokens"]
@@ -410,7 +422,9 @@ class Trainer:
                     stopped = f"time limit of {t.time_limit:g} s{more} reached after step {s}"
                 last = s == t.steps or bool(stopped)
                 t_aside = time.perf_counter()
-                self._step_end(s, rec, last, bar, valid, t_start)
+                early = self._step_end(s, rec, last, bar, t_start)
+                if early and not stopped:
+                    stopped = early
                 if not self.progress and time.perf_counter() - self.said >= TICK_SECONDS:
                     here = time.perf_counter() - t_start
                     line = report.progress_line(s, first, t.steps, here, self.seconds_before, t)
@@ -425,48 +439,29 @@ class Trainer:
                 window.t0 += aside  # tokens/s: not validation, saving
                 self.aside_seconds += aside
                 if stopped:
-                    self._line(bar, stopped + " (continue with --resume)")
+                    self._line(bar, stopped + ("" if early else " (continue with --resume)"))
                     break
         finally:
             bar.close()
         return self.losses, valid, stopped
 
-    def _step_end(self, s: int, rec: dict, last: bool, bar, valid: list, t_start: float):
+    def _step_end(self, s: int, rec: dict, last: bool, bar, t_start: float) -> str:
         """What the end of step ``s`` writes: its "train" record every ``log_every``
-        steps, a validation every ``eval_every``, a checkpoint every ``checkpoint_every``
-        (each also at the ``last`` step)."""
+        steps, a validation every ``eval_every`` (``best.validate``), a checkpoint every
+        ``checkpoint_every`` (each also at the ``last`` step, and at a validation that
+        stops the run early). Returns why it stops early, or ''."""
         t = self.cfg.train
-        window = self.window
-        if (t.log_every and s % t.log_every == 0) or last:
-            self._check_steps(at_record=True)
-            r = window.record(s, self.epoch, rec, self.tokens_seen)
-            # wall time since the run began (before a resume too)
-            r["elapsed"] = self.seconds_before + time.perf_counter() - t_start
-            self.log(r)
-            bar.set_postfix(
-                **({"loss": f"{r['loss']:.3f}"} if "loss" in r else {}),
-                **({"nll": f"{r['nll']:.3f}"} if self.smoothed and "nll" in r else {}),
-                lr=f"{r['lr']:.2e}",
-                tok_s=f"{r['tokens_per_s']:,.0f}",
-                refresh=False,
-            )
-            if not self.progress:
-                self._line(bar, report.train_line(r, t.steps, self.smoothed, self.task.shown_train))
-            self.window = Window()
-        if ((t.eval_every and s % t.eval_every == 0) or last) and self.world.main:
-            n_valid = self.task.sizes()["valid"]
-            m = final.Show(self.progress, self.echo).staged(
-                "validation",
-                min(n_valid, t.eval_limit or n_valid),
-                lambda tick: self.task.evaluate(
-                    self.model, "valid", t.max_tokens, t.eval_limit, progress=tick
-                ),
-            )
-            valid.append({"kind": "valid", "step": s, **m})
-            self.log(valid[-1])
-            self._line(bar, report.valid_line(s, t.steps, m, self.task.shown_valid, self.smoothed))
-        if (t.checkpoint_every and s % t.checkpoint_every == 0) or last:
+        logged = (t.log_every and s % t.log_every == 0) or last
+        if logged:
+            train_record(self, s, rec, bar, t_start)
+        early = ""
+        if (t.eval_every and s % t.eval_every == 0) or last:
+            early = validate(self, s, lambda line: self._line(bar, line))
+        if early and not logged:  # the step that ends the run has its record, as a last
+            train_record(self, s, rec, bar, t_start)
+        if (t.checkpoint_every and s % t.checkpoint_every == 0) or last or early:
             self.save()
+        return early
 
     def _line(self, bar, line: str) -> None:
         """A line of the run's log: above the progress bar, or through ``echo``."""

@@ -11,6 +11,7 @@ import statistics
 import time
 from collections import deque
 
+from scratchformer.app.train import report
 from scratchformer.engine import backend
 from scratchformer.engine.backend import xp
 from scratchformer.engine.errors import ScratchformerError
@@ -124,6 +125,28 @@ class Window:
             r["skipped_steps"] = self.skipped
             r["loss_scale"] = float(rec["loss_scale"])
         return r
+
+
+def train_record(trainer, s: int, rec: dict, bar, t_start: float) -> None:
+    """``trainer``'s "train" record of the steps since the last, at step ``s`` (``rec``:
+    its step's), logged, with its line (or the progress ``bar``'s fields); a new window."""
+    t = trainer.cfg.train
+    trainer._check_steps(at_record=True)
+    r = trainer.window.record(s, trainer.epoch, rec, trainer.tokens_seen)
+    # wall time since the run began (before a resume too)
+    r["elapsed"] = trainer.seconds_before + time.perf_counter() - t_start
+    trainer.log(r)
+    bar.set_postfix(
+        **({"loss": f"{r['loss']:.3f}"} if "loss" in r else {}),
+        **({"nll": f"{r['nll']:.3f}"} if trainer.smoothed and "nll" in r else {}),
+        lr=f"{r['lr']:.2e}",
+        tok_s=f"{r['tokens_per_s']:,.0f}",
+        refresh=False,
+    )
+    if not trainer.progress:
+        shown = trainer.task.shown_train
+        trainer._line(bar, report.train_line(r, t.steps, trainer.smoothed, shown))
+    trainer.window = Window()
 
 
 def overflow_problem(window: Window, scale: float, train, at_record: bool) -> str:
@@ -278,4 +301,5 @@ __all__ = [
     "overflow_problem",
     "perplexity",
     "stop_message",
+    "train_record",
 ]

@@ -22,10 +22,11 @@ are shown, side by side (``nll``), and the header says which is which.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scratchformer.app.progress import clock, time_left
+from scratchformer.app.progress import Ticker, clock, progress_bar, time_left
 from scratchformer.engine import backend
 
 
@@ -167,8 +168,22 @@ def header(
         f"{accum}{limit}, "
         f"{batches_per_epoch} batches/epoch -> {run_dir}",
         *loss_note(mc.eps_ls),
+        *best_note(t, sizes["valid"]),
         *precision_note(t, backend.backend_name()),
     ]
+
+
+def best_note(t, n_valid: int) -> list[str]:
+    """The header's line on the best checkpoint and early stopping, unless both are the
+    defaults (best.npz by dev nll, no early stopping)."""
+    if t.best_metric == "nll" and not t.patience:
+        return []
+    how = {"nll": "dev nll", "accuracy": "dev accuracy"}.get(t.best_metric, "")
+    if not how:
+        n = min(n_valid, t.best_sentences or n_valid)
+        how = f"dev {'BLEU' if t.best_metric == 'bleu' else 'chrF'} (greedy, {n} dev sentences)"
+    stop = f", stopping after {t.patience} validations without a better one" if t.patience else ""
+    return [f"best: checkpoints/best.npz by {how}{stop}"]
 
 
 #: float16's step time over float32's on NumPy, measured: the default task (reverse, N=2,
@@ -195,11 +210,14 @@ def precision_note(t, backend_name: str = "numpy") -> list[str]:
     return lines
 
 
-def files_written(run_dir: Path, checkpoints: list, averaged: tuple, final=None) -> list[str]:
+def files_written(
+    run_dir: Path, checkpoints: list, averaged: tuple, final=None, best=None, more=()
+) -> list[str]:
     """The closing list of every file of the run directory this run wrote or kept;
     ``averaged``: ``(path, steps)`` of the average (path None: none was made); ``final``:
     the run's ``train.final.Final`` (None: not chosen, the run judged nothing at its
-    end)."""
+    end); ``best``: its ``train.best.Best``; ``more``: its best files and TensorBoard
+    event files."""
     lines = [f"files in {run_dir}:", "  config.json        the resolved configuration"]
     lines.append("  metrics.jsonl      one JSON record per log line, validation and test")
     if checkpoints:
@@ -220,11 +238,47 @@ def files_written(run_dir: Path, checkpoints: list, averaged: tuple, final=None)
             f"  checkpoints/{final.path.name}     the final model: {final.describe()} "
             "(parameters only; translate, evaluate and generate take it)"
         )
+    names = {"best.npz": best.metric if best else "", "best_nll.npz": "nll"}
+    for p in [p for p in more if p.name in names]:
+        b = best.best.get(names[p.name]) if best else None
+        at = f" (step {b['step']})" if b else ""
+        lines.append(
+            f"  checkpoints/{p.name}  the best model by dev {names[p.name]}{at} (parameters only)"
+        )
+    events = [p for p in more if p.name not in names]
+    if events:
+        n = len(events)
+        lines.append(
+            f"  {events[0].name if n == 1 else f'events.out.tfevents.* ({n})'}  TensorBoard's "
+            f"event file{'s' if n > 1 else ''}, one per session of the run: tensorboard "
+            f"--logdir {run_dir.parent}"
+        )
     return lines
+
+
+@dataclass
+class Show:
+    """How a run shows its long stages: ``progress`` bars, or lines through ``echo``."""
+
+    progress: bool
+    echo: Callable
+
+    def staged(self, what: str, total: int, stage):
+        """``stage(tick)`` with its progress shown (``tick(n)``: n more examples done): a
+        progress bar, or without one a line every 10 s, so no stage is a silent stretch."""
+        if self.progress:
+            counter = progress_bar(total, what, "example")
+        else:
+            counter = Ticker(total, what, self.echo)
+        try:
+            return stage(counter.update)
+        finally:
+            counter.close()
 
 
 __all__ = [
     "FORMATS",
+    "Show",
     "TrainResult",
     "clock",
     "files_written",

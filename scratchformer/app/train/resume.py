@@ -21,6 +21,7 @@ from scratchformer.app.checkpoint import (
     load_checkpoint,
     read_header,
 )
+from scratchformer.app.train.best import Best, abandoned_best
 from scratchformer.app.train.config import TrainConfig
 from scratchformer.app.train.records import Window
 from scratchformer.app.train.rundir import (
@@ -32,8 +33,9 @@ from scratchformer.app.train.rundir import (
 )
 from scratchformer.engine.errors import ConfigError
 
-#: what a resumed run may change: where it is, when it stops, how often it logs,
-#: validates and saves, its threads and its test-time decoding. Anything else would
+#: what a resumed run may change: where it is, when it stops (its patience too), how
+#: often it logs, validates and saves, whether it writes TensorBoard's files, its
+#: threads and its test-time decoding. Anything else would
 #: change the data order, the model or the optimisation, so the run would not continue.
 RESUMABLE = {
     "name",
@@ -56,6 +58,8 @@ RESUMABLE = {
     "train.test",
     "train.examples",
     "train.threads",
+    "train.patience",
+    "train.tensorboard",
 }
 
 
@@ -138,6 +142,7 @@ __all__ = [
     "check_same_run",
     "resume_changes",
     "run_of",
+    "share_state",
 ]
 
 
@@ -247,9 +252,31 @@ def resume_run(trainer, resume, overwrite: bool) -> None:
     trainer.tokens_seen = ts.get("tokens_seen", 0)
     trainer.seconds_before = ts.get("seconds", 0.0)
     trainer.window = Window(ts.get("window"))
+    trainer.best = Best(trainer.cfg.train.best_metric, ts.get("best"))
     trainer.last_checkpoint = path
     trainer.saved = [(trainer.step, path)]
     check_ranks(ts, path, trainer.world)
     drop_later_checkpoints(trainer.ckpt_dir, trainer.step, overwrite)
+    for p in abandoned_best(trainer.ckpt_dir, trainer.step, trainer.cfg.train):
+        trainer.echo(f"note: removed {p}: written after step {trainer.step}, by steps this "
+                     "run takes again but does not validate again")
     prune_checkpoints(trainer.ckpt_dir, trainer.cfg.train)
     truncate_metrics(trainer.metrics_path, trainer.step)
+
+
+def share_state(trainer) -> None:
+    """Every rank of ``trainer``'s world starts from rank 0's parameters, moments and
+    position, and its best scores (a resumed run's are read by rank 0 alone; a fresh
+    run's are equal already)."""
+    w = trainer.world
+    if w.size == 1:
+        return
+    keys = ("step", "epoch", "batch_index", "tokens_seen", "seconds_before", "last_checkpoint")
+    keys += ("saved",)
+    mine = {k: getattr(trainer, k) for k in keys}
+    state = w.broadcast({**mine, "window": trainer.window.state(), "best": trainer.best.state()})
+    for k in keys:
+        setattr(trainer, k, state[k])
+    trainer.window = Window(state["window"])
+    trainer.best = Best(trainer.best.metric, state["best"])
+    trainer.stepper.share(w)

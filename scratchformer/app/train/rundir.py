@@ -3,7 +3,8 @@ one, a resumed run drops what it abandons, the metrics log keeps the records up 
 a run resumes, and what a killed run left half-written is cleared away.
 
     runs/<name>/config.json, metrics.jsonl, checkpoints/checkpoint_<step>.npz,
-    checkpoints/averaged.npz, checkpoints/final.npz, .lock
+    checkpoints/averaged.npz, checkpoints/final.npz, checkpoints/best.npz (and
+    best_nll.npz), events.out.tfevents.* (TensorBoard's), .lock
 
 These files are the run's own: ``--overwrite`` deletes them and nothing else, so a file
 the user put in the directory (notes, a copied checkpoint under another name) stays.
@@ -35,7 +36,13 @@ LOCK_NAME = ".lock"
 CONFIG_NAME = "config.json"
 METRICS_NAME = "metrics.jsonl"
 AVERAGED_NAME = "averaged.npz"
-FINAL_NAME = "final.npz"  # the final model (train.final): the average or the last checkpoint
+FINAL_NAME = "final.npz"  # the final model: the average, the last or the best checkpoint
+BEST_NAME = "best.npz"  # the best model by train.best_metric (train.best)
+#: the best models of a run: best.npz by its train.best_metric, best_nll.npz by dev nll
+#: when the metric is another
+BEST_RE = re.compile(r"^best(_[a-z]+)?\.npz$")
+#: TensorBoard's event files (``train.tensorboard``), one per process that wrote them
+EVENTS_RE = re.compile(r"^events\.out\.tfevents\.")
 #: the sections of a run's config.json (``TrainConfig.to_dict``)
 RUN_CONFIG_KEYS = {"name", "seed", "task", "model", "optim", "train"}
 
@@ -43,7 +50,8 @@ RUN_CONFIG_KEYS = {"name", "seed", "task", "model", "optim", "train"}
 TEMPORARY_RE = {
     ".": re.compile(r"^\.(config\.json|metrics\.jsonl)\.[0-9a-f]{12}\.tmp$"),
     "checkpoints": re.compile(
-        r"^\.(checkpoint_\d+\.npz|averaged\.npz|final\.npz)\.[0-9a-f]{12}\.tmp$"
+        r"^\.(checkpoint_\d+\.npz|averaged\.npz|final\.npz|best(_[a-z]+)?\.npz)"
+        r"\.[0-9a-f]{12}\.tmp$"
     ),
 }
 
@@ -209,7 +217,8 @@ def refuse_links_out(run_dir: Path) -> None:
     names = [run_dir / CONFIG_NAME, run_dir / METRICS_NAME, ckpt_dir]
     if ckpt_dir.is_dir() and writer.inside(ckpt_dir, run_dir):
         names += [p for _, p in list_checkpoints(ckpt_dir)]
-        names += [ckpt_dir / AVERAGED_NAME, ckpt_dir / FINAL_NAME]
+        names += [ckpt_dir / AVERAGED_NAME, ckpt_dir / FINAL_NAME, *best_files(ckpt_dir)]
+    names += event_files(run_dir)
     for p in names:
         if p.is_symlink() and not writer.inside(p, run_dir):
             raise ConfigError(
@@ -219,18 +228,35 @@ def refuse_links_out(run_dir: Path) -> None:
             )
 
 
+def best_files(ckpt_dir: Path) -> list[Path]:
+    """The best models in ``ckpt_dir`` (``BEST_RE``: best.npz, best_nll.npz), by name."""
+    if not Path(ckpt_dir).is_dir():
+        return []
+    return sorted(p for p in Path(ckpt_dir).iterdir() if BEST_RE.match(p.name))
+
+
+def event_files(run_dir: Path) -> list[Path]:
+    """TensorBoard's event files of ``run_dir`` (``EVENTS_RE``), in the order TensorBoard
+    reads them (by name: the time each was begun comes first in it)."""
+    if not Path(run_dir).is_dir():
+        return []
+    return sorted(p for p in Path(run_dir).iterdir() if EVENTS_RE.match(p.name))
+
+
 def earlier_run(run_dir: Path) -> list[Path]:
-    """The files an earlier run wrote in ``run_dir``: its checkpoints (by step), averaged
-    model, metrics log and configuration, the ones present."""
+    """The files an earlier run wrote in ``run_dir``: its checkpoints (by step), averaged,
+    final and best models, metrics log, configuration and TensorBoard event files, the
+    ones present."""
     ckpt_dir = run_dir / "checkpoints"
     found = [p for _, p in list_checkpoints(ckpt_dir)] if ckpt_dir.is_dir() else []
     named = (
         ckpt_dir / AVERAGED_NAME,
         ckpt_dir / FINAL_NAME,
+        *best_files(ckpt_dir),
         run_dir / METRICS_NAME,
         run_dir / CONFIG_NAME,
     )
-    return found + [p for p in named if p.is_file()]
+    return found + [p for p in named if p.is_file()] + event_files(run_dir)
 
 
 def is_run_dir(d: Path) -> bool:
@@ -257,6 +283,8 @@ def run_file(path: Path) -> str:
             METRICS_NAME: "the metrics log",
             LOCK_NAME: "the lock",
         }[path.name]
+    if EVENTS_RE.match(path.name) and is_run_dir(d):
+        return "a TensorBoard event file"
     # a run's checkpoints folder, by its place or by what it holds (the same folder
     # reached another way, a bind mount, has another name)
     ckpts = d.is_dir() and bool(list_checkpoints(d))
@@ -267,6 +295,8 @@ def run_file(path: Path) -> str:
             return "the averaged model"
         if path.name == FINAL_NAME:
             return "the final model"
+        if BEST_RE.match(path.name):
+            return "a best model"
     return ""
 
 
@@ -396,8 +426,13 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 __all__ = [
+    "BEST_NAME",
+    "BEST_RE",
+    "EVENTS_RE",
     "RunLock",
     "append_record",
+    "best_files",
+    "event_files",
     "clear_for_fresh_run",
     "drop_later_checkpoints",
     "earlier_run",

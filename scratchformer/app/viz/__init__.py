@@ -18,6 +18,7 @@ Dimension key: ``H`` heads, ``S`` source length, ``T`` target length, ``L`` posi
 from scratchformer.app.viz.attention import (
     ATTENTION_MAPS,
     AttentionMaps,
+    attention_image,
     attention_maps,
     display_tokens,
     plot_attention,
@@ -29,6 +30,7 @@ __all__ = [
     "ATTENTION_MAPS",
     "AttentionMaps",
     "PlotError",
+    "attention_image",
     "attention_maps",
     "display_tokens",
     "plot_attention",

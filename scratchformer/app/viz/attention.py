@@ -9,7 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from scratchformer.app.viz.figure import DPI, MAX_PIXELS, PlotError, new_figure, png_path, save_png
+from scratchformer.app.viz.figure import (
+    DPI,
+    MAX_PIXELS,
+    PlotError,
+    figure_array,
+    new_figure,
+    png_path,
+    save_png,
+)
 from scratchformer.engine import backend
 
 # -- attention ----------------------------------------------------------------------------
@@ -174,6 +182,31 @@ def plot_attention(
     the attention weight, fixed to [0, 1] in every panel so panels compare directly.
     """
     png_path(path)
+    fig = attention_figure(
+        maps, kind=kind, src_tokens=src_tokens, tgt_in_tokens=tgt_in_tokens,
+        tgt_out_tokens=tgt_out_tokens, layers=layers, heads=heads, title=title,
+    )
+    return save_png(fig, path)
+
+
+def attention_image(maps: AttentionMaps, **kw):
+    """``plot_attention``'s figure as an (height, width, 3) uint8 RGB array (``kw``:
+    ``attention_figure``'s), for TensorBoard's images."""
+    return figure_array(attention_figure(maps, **kw))
+
+
+def attention_figure(
+    maps: AttentionMaps,
+    *,
+    kind: str,
+    src_tokens,
+    tgt_in_tokens,
+    tgt_out_tokens,
+    layers=None,
+    heads=None,
+    title: str | None = None,
+):
+    """The figure ``plot_attention`` saves (see there), not yet saved."""
     per_layer = maps.layers(kind)
     if not per_layer:
         raise PlotError(f"the model has no {ATTENTION_MAPS[kind][0]} layers (N = 0)")
@@ -214,4 +247,4 @@ def plot_attention(
     bar = fig.colorbar(image, cax=cax)
     bar.set_label("attention weight (each row sums to 1)", fontsize=9)
     fig.suptitle(title or name, fontsize=12, y=1 - 0.25 / H, va="top")
-    return save_png(fig, path)
+    return fig

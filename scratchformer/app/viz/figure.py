@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 
 from scratchformer.app import writer
+from scratchformer.engine import backend
 from scratchformer.engine.errors import ScratchformerError
 
 DPI = 100
@@ -55,6 +56,12 @@ def save_png(fig, where) -> Path:
     target = where if isinstance(where, writer.Target) else writer.Target(Path(where))
     png_path(target.path)
     return writer.write_figure(target, fig, dpi=DPI)
+
+
+def figure_array(fig):
+    """``fig`` drawn, as an (height, width, 3) uint8 RGB array (host NumPy)."""
+    fig.canvas.draw()
+    return backend.np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
 
 
 def png_size(path) -> tuple[int, int]:

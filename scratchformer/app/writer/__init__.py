@@ -261,6 +261,24 @@ def fill_closed_standard_streams() -> None:
                 os.close(null)
 
 
+def event_writer(folder, *, session: int, purge_step: int | None = None, owner=None):
+    """tensorboardX's ``SummaryWriter`` on a new TensorBoard event file in ``folder``:
+    ``events.out.tfevents.<seconds>.<host>.<session>`` (tensorboardX opens the name it
+    makes for writing from its start: the ``session`` number, zero-padded, keeps two
+    files begun in the same second apart, in the order they were begun). ``purge_step``:
+    a resumed run's first step, recorded so that TensorBoard hides what earlier files
+    hold from there on (the steps it takes again). ``owner``: refuse a ``folder`` that
+    leads out of it (a link)."""
+    from tensorboardX import SummaryWriter  # noqa: PLC0415  (optional: the tensorboard extra)
+
+    folder = Path(folder)
+    if owner is not None and not inside(folder, owner):
+        raise WriteError(f"{folder} leads out of {owner} (a link): remove the link")
+    return SummaryWriter(
+        str(folder), purge_step=purge_step, filename_suffix=f".{session:04d}", flush_secs=30
+    )
+
+
 def move(source, target) -> None:
     """Rename ``source`` onto ``target`` (both in one folder the program writes)."""
     os.replace(source, target)
@@ -285,6 +303,7 @@ __all__ = [
     "create_text",
     "devnull_descriptor",
     "discard",
+    "event_writer",
     "fill",
     "fill_closed_standard_streams",
     "identity",

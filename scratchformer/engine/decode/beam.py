@@ -11,10 +11,12 @@ for every sentence at once, with K = beam_size:
 
     step t (t tokens produced so far):
       1. log p(y | prefix) for every live row: one ``decode_step`` (R = B*K rows, one new
-         position each), in float64, with the token rules (no <pad>/<bos>, no <eos>
-         before min_len, <eos> forced at the maximum length, optional n-gram blocking)
-      2. candidates: log P(prefix) + log p(y), (B, K*V); keep the top 2K per sentence
-         (fewer when K*V < 2K: a beam >= V is fine), best first
+         position each), normalized in float64 over the whole vocabulary, with the
+         token rules (no <pad>/<bos>, no <eos> before min_len, <eos> forced at the
+         maximum length, optional n-gram blocking); each row's best 2K tokens
+      2. candidates: log P(prefix) + log p(y) of those, (B, K*2K); keep the top 2K per
+         sentence (fewer when K*V < 2K: a beam >= V is fine), best first: the same as
+         the top 2K of all K*V, log P(prefix) being one number per row
       3. an <eos> candidate ranked within the top K finishes: it enters ``finished``
          with score logP / lp(t + 1) (|Y| counts <eos>); ``finished`` keeps its best K
       4. the best K non-<eos> candidates become the live hypotheses (at most one <eos>
@@ -58,9 +60,10 @@ from scratchformer.engine.decode.common import (
     check_vocabulary,
     constrain,
     length_penalty,
+    log_normalizer,
     max_output_lengths,
     nan_scores,
-    next_log_probs,
+    next_scores,
     silent_rows,
     source_lengths,
     start_column,
@@ -68,26 +71,44 @@ from scratchformer.engine.decode.common import (
 from scratchformer.engine.decode.options import BEAM, DecodeOptions, options_of
 
 
-def _top_candidates(cand, k: int):
-    """The ``k`` best entries of each row of ``cand`` (B, M), best first.
+def _rows_pick(a, cols):
+    """``a[i, cols[i, j]]`` for every row i: (R, n) from (R, V) and (R, n) indices (NumPy's
+    ``take_along_axis`` without its checks, a few microseconds a call at every step)."""
+    rows = (backend.np if isinstance(a, backend.np.ndarray) else xp).arange(a.shape[0])
+    return a[rows[:, None], cols]
 
-    Returns host arrays ``idx`` (B, k) int and ``val`` (B, k) float64. Ties are broken by
-    the lower index (lower beam, then lower token id). The selection runs on the
-    backend (argpartition, O(M)); only the k winners per row are sorted, on the host.
-    """
-    np = backend.np
-    M = cand.shape[1]
-    if k < M:
-        part = xp.argpartition(-cand, k - 1, axis=1)[:, :k]  # (B, k) unordered
+
+def _row_candidates(scores, lse, k: int):
+    """Each row's ``k`` best tokens by score and their log-probabilities: host arrays
+    ``tok`` (R, k) int and ``lp`` (R, k) float64, ``lp = scores[tok] - lse`` (unordered).
+
+    Within a row log P(prefix) is the same for every token, so the sentence's best 2K
+    continuations of its K rows are among the rows' best 2K each: the selection runs on
+    the (R, V) scores in their own dtype and only 2K entries per row become float64 and
+    cross to the host."""
+    V = scores.shape[1]
+    if k < V:
+        tok = xp.argpartition(-scores, k - 1, axis=1)[:, :k]
     else:
-        part = xp.broadcast_to(xp.arange(M), cand.shape)
-    # one transfer for both: the indices (< K*V) are exact in the float64 log-probabilities
-    both = backend.asnumpy(
-        xp.stack([xp.take_along_axis(cand, part, axis=1), part.astype(cand.dtype)])
-    )
-    vals, part = both[0], both[1].astype(np.int64)
-    order = np.lexsort((part, -vals), axis=-1)  # by value desc, then index asc
-    return np.take_along_axis(part, order, axis=1), np.take_along_axis(vals, order, axis=1)
+        tok = xp.broadcast_to(xp.arange(V), scores.shape)
+    lp = _rows_pick(scores, tok).astype(xp.float64) - lse[:, None]
+    both = backend.asnumpy(xp.stack([lp, tok.astype(xp.float64)]))  # one transfer
+    return both[1].astype(backend.np.int64), both[0]
+
+
+def _best_of_sentence(cum, tok, lp, V: int, k: int):
+    """Step 2: the ``k`` best continuations of each sentence, best first.
+
+    cum (B, K) log P of the live rows; tok, lp (B*K, k2) each row's candidates (host).
+    Returns host ``idx`` (B, k) = beam * V + token and ``val`` (B, k) float64 log P; ties
+    broken by the lower index (lower beam, then lower token id)."""
+    np = backend.np
+    B, K = cum.shape
+    val = (cum[:, :, None] + lp.reshape(B, K, -1)).reshape(B, -1)  # (B, K*k2)
+    idx = (np.arange(K)[None, :, None] * V + tok.reshape(B, K, -1)).reshape(B, -1)
+    val = np.where(np.isnan(val).any(axis=1, keepdims=True), np.nan, val)  # NaN throughout
+    order = np.lexsort((idx, -val), axis=-1)[:, :k]  # by value desc, then index asc
+    return _rows_pick(idx, order), _rows_pick(val, order)
 
 
 def _ngram_bans(history, n: int):
@@ -125,18 +146,21 @@ def _start(B: int, K: int, cfg, options):
     return [[] for _ in range(B)], np.arange(B), history, cum, start_column(B * K, cfg, options)
 
 
-def _next_log_probs(model, tokens, kv, step, max_lens, min_len, history, ngram, writes=None):
-    """Step 1: log p(y | prefix) (R, V) float64 of every live row, one ``decode_step``,
-    with the token rules of ``constrain`` (``max_lens`` (R,) host: each row's L) and,
-    for ``ngram`` > 0, -inf on every token that would repeat an n-gram of the row."""
-    lp = next_log_probs(model, tokens, kv)  # (R, V) float64
+def _next_candidates(model, tokens, kv, step, max_lens, min_len, history, ngram, k, writes=None):
+    """Step 1: one ``decode_step`` of every live row, the token rules of ``constrain``
+    (``max_lens`` (R,) host: each row's L) and, for ``ngram`` > 0, -inf on every token
+    that would repeat an n-gram of the row; then each row's ``k`` best tokens and their
+    log p(y | prefix) (``_row_candidates``; normalized over the whole vocabulary, the
+    rules applied after, as the softmax gives them)."""
+    scores = next_scores(model, tokens, kv)  # (R, V) logits
+    lse = log_normalizer(scores)  # (R,) float64, before the rules
     silent = silent_rows(history, writes)
-    lp = constrain(lp, step, max_lens, min_len, model.config, silent, writes)
+    scores = constrain(scores, step, max_lens, min_len, model.config, silent, writes)
     if ngram:
         rows, toks = _ngram_bans(history, ngram)
         if rows.size:
-            lp[backend.asarray(rows), backend.asarray(toks)] = -xp.inf
-    return lp
+            scores[backend.asarray(rows), backend.asarray(toks)] = -xp.inf
+    return _row_candidates(scores, lse, k)
 
 
 def _finish_eos(finished, active, history, candidates, K: int, eos: int, lp_now: float):
@@ -163,10 +187,10 @@ def _survivors(val, parent, tok, eos: int, K: int):
     np = backend.np
     live = np.isfinite(val) & (tok != eos)  # (Ba, 2K)
     pick = np.argsort(~live, axis=1, kind="stable")[:, :K]  # ranks of the K chosen
-    alive = np.take_along_axis(live, pick, axis=1)  # (Ba, K)
-    new_cum = np.where(alive, np.take_along_axis(val, pick, axis=1), -np.inf)
-    new_parent = np.where(alive, np.take_along_axis(parent, pick, axis=1), 0)
-    new_tok = np.where(alive, np.take_along_axis(tok, pick, axis=1), eos)
+    alive = _rows_pick(live, pick)  # (Ba, K)
+    new_cum = np.where(alive, _rows_pick(val, pick), -np.inf)
+    new_parent = np.where(alive, _rows_pick(parent, pick), 0)
+    new_tok = np.where(alive, _rows_pick(tok, pick), eos)
     return alive, new_cum, new_parent, new_tok
 
 
@@ -259,18 +283,14 @@ def beam_search(
     finished, active, history, cum, tokens = _start(src.shape[0], K, cfg, options)
 
     for step in range(int(max_lens.max()) + 1):
-        Ba = active.size
-        # 1. next-token log-probabilities of every row, with the token rules
+        # 1. each row's best 2K next tokens and their log-probabilities, the rules applied
         row_lens = np.repeat(max_lens[active], K)  # (R,) host
-        lp = _next_log_probs(
-            model, tokens, kv, step, row_lens, min_len, history, ngram, writes
+        tok_r, lp_r = _next_candidates(
+            model, tokens, kv, step, row_lens, min_len, history, ngram, min(2 * K, V), writes
         )
         # 2. the best 2K continuations of each sentence's K live hypotheses
-        cand = (backend.asarray(cum).reshape(-1, 1) + lp).reshape(Ba, K * V)  # (B, K*V)
-        # a sentence with a NaN score is NaN throughout, so that its winners show it
-        cand = xp.where(xp.isnan(cand).any(axis=1, keepdims=True), xp.nan, cand)
-        idx, val = _top_candidates(cand, min(2 * K, K * V))  # (B, 2K) host, best first
-        if np.isnan(val).any():  # a row of NaN scores (next_log_probs)
+        idx, val = _best_of_sentence(cum, tok_r, lp_r, V, min(2 * K, K * V))  # (B, 2K) host
+        if np.isnan(val).any():  # a row of NaN scores (log_normalizer)
             raise nan_scores(model)
         parent, tok = idx // V, idx % V  # beam within the sentence, token id
         # 3. <eos> within the top K ranks finishes a hypothesis (|Y| = step tokens + <eos>)

@@ -28,9 +28,10 @@ Dimension key: ``B`` sentences, ``S`` source length, ``V`` vocabulary, ``K`` bea
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
-from scratchformer.engine import backend, memory
+from scratchformer.engine import backend, dispatch, memory
 from scratchformer.engine.backend import xp
 from scratchformer.engine.decode.options import DecodeError
 from scratchformer.engine.errors import (
@@ -39,7 +40,7 @@ from scratchformer.engine.errors import (
     check_rank,
     check_token_ids,
 )
-from scratchformer.engine.ops.softmax import log_softmax
+from scratchformer.engine.ops.linear import linear
 
 
 def length_penalty(length, alpha: float) -> float:
@@ -123,20 +124,32 @@ def check_decode_memory(cfg, rows: int, capacity: int, source_len: int, what: st
     memory.need_memory(float(rows) * (cache + 4 * cfg.vocab_size * 8), what, advice)
 
 
-def log_probs(logits):
-    """(R, V) logits in the model's dtype  ->  (R, V) float64 log-probabilities.
+def step_forms():
+    """The forms a decoding step puts in place for its few rows (a ``with`` block): the
+    linear map's ``few_rows``, for the tied output projection (ops/linear.py), on NumPy;
+    none while the activations are float16 (their emulated forms stay)."""
+    if backend.compute_dtype() is not None or backend.backend_name() != "numpy":
+        return contextlib.nullcontext()
+    return dispatch.use(linear, "few_rows")
 
-    Summed over up to hundreds of steps and compared across beams, so they are kept in
-    float64 whatever the model computes in.
-    """
-    return log_softmax.forward(logits.astype(xp.float64))[0]
+
+def next_scores(model, tokens, kv):
+    """One ``decode_step`` of every live row, under ``step_forms``: (R, V) scores (logits,
+    the model's dtype) of the next token, a fresh array the token rules may write over."""
+    with step_forms():
+        return model.decode_step(tokens, kv)[:, -1]
 
 
-def next_log_probs(model, tokens, kv):
-    """One ``decode_step`` of every live row: (R, V) float64 log-probabilities of the
-    next token (``log_probs``). A search checks them for NaN in what it reads back
-    anyway (``nan_scores``), never with a read of its own."""
-    return log_probs(model.decode_step(tokens, kv)[:, -1])
+def log_normalizer(scores):
+    """(R, V) scores  ->  (R,) float64 ``lse = log sum_y exp(scores[y])``, so that the
+    log-probability of token y is ``scores[y] - lse``: the row's max taken out first, the
+    exponentials in the scores' dtype, their sum accumulated in float64 (log-probabilities
+    are summed over up to hundreds of steps and compared across beams). NaN for a row
+    that holds NaN (its weights overflow: ``nan_scores``). Only the normalizer is made,
+    not a (R, V) array of log-probabilities: a search needs them for its winners only."""
+    m = scores.max(axis=-1, keepdims=True)  # (R, 1)
+    s = xp.exp(scores - m).sum(axis=-1, dtype=xp.float64)  # (R,)
+    return m[:, 0].astype(xp.float64) + xp.log(s)
 
 
 def nan_scores(model) -> DecodeError:
@@ -172,7 +185,7 @@ def silent_rows(history, writes):
 
 def constrain(scores, step: int, max_lens, min_len: int, config, silent=None, writes=None):
     """Apply the token rules of decoder step ``step`` (0-based: ``step`` tokens were
-    produced so far) to ``scores`` (R, V) (logits or log-probs); returns a new array.
+    produced so far) to ``scores`` (R, V) (logits or log-probs), in place; returns it.
 
     - <pad> and <bos>: -inf always;
     - <eos>: -inf while ``step < min_len``, and with ``min_len`` >= 1 in the rows of
@@ -182,9 +195,10 @@ def constrain(scores, step: int, max_lens, min_len: int, config, silent=None, wr
       every token but <eos> is -inf, and <eos> keeps its own score (forced <eos>).
     """
     np = backend.np
-    out = scores.copy()
+    out, eos = scores, config.eos_id
+    forced = np.flatnonzero(step >= np.asarray(max_lens))
+    kept = out[backend.asarray(forced), eos] if forced.size else None  # (F,) before the rules
     out[:, [config.pad_id, config.bos_id]] = -xp.inf
-    eos = config.eos_id
     if step < min_len:
         out[:, eos] = -xp.inf
     if min_len and silent is not None and silent.any():
@@ -194,11 +208,10 @@ def constrain(scores, step: int, max_lens, min_len: int, config, silent=None, wr
         if last.size and writes is not None:
             blank = backend.asarray(np.flatnonzero(~writes))
             out[backend.asarray(last)[:, None], blank[None, :]] = -xp.inf
-    forced = np.flatnonzero(step >= np.asarray(max_lens))
     if forced.size:
         idx = backend.asarray(forced)
         out[idx] = -xp.inf
-        out[idx, eos] = scores[idx, eos]
+        out[idx, eos] = kept
     return out
 
 
@@ -212,14 +225,15 @@ __all__ = [
     "DecodeError",
     "Hypothesis",
     "start_column",
+    "step_forms",
     "check_vocabulary",
     "constrain",
     "silent_rows",
     "writing_tokens",
     "length_penalty",
-    "log_probs",
+    "log_normalizer",
     "max_output_lengths",
     "nan_scores",
-    "next_log_probs",
+    "next_scores",
     "source_lengths",
 ]

@@ -24,7 +24,7 @@ from scratchformer.engine.decode.common import (
     constrain,
     max_output_lengths,
     nan_scores,
-    next_log_probs,
+    next_scores,
     source_lengths,
     start_column,
 )
@@ -66,11 +66,12 @@ def greedy_decode(
     active = np.arange(B)  # the sentence each row decodes
     tokens = start_column(B, cfg, options)  # (R, 1) the next decoder input of every row
     for step in range(int(max_lens.max()) + 1):
-        lp = next_log_probs(model, tokens, kv)  # (R, V)
+        scores = next_scores(model, tokens, kv)  # (R, V) logits: their argmax is log p's
+        nan = xp.isnan(scores.max(axis=-1))  # (R,) a row holding NaN, before the rules
         silent = None if writes is None else ~wrote[active]
-        lp = constrain(lp, step, max_lens[active], min_len, cfg, silent, writes)
+        scores = constrain(scores, step, max_lens[active], min_len, cfg, silent, writes)
         # (R,) first max on ties; -1 marks a row whose scores are NaN (one read for both)
-        next_tok = backend.asnumpy(xp.where(xp.isnan(lp).any(axis=-1), -1, xp.argmax(lp, axis=-1)))
+        next_tok = backend.asnumpy(xp.where(nan, -1, xp.argmax(scores, axis=-1)))
         if (next_tok < 0).any():
             raise nan_scores(model)
         going = next_tok != cfg.eos_id  # <eos> finishes a row (forced at its max length)

@@ -51,6 +51,9 @@ class TransformerConfig:
     local_block: int = 64  # block size of local attention
     # query block size for memory-efficient attention (None: dense)
     attention_block: int | None = None
+    # the decoder's first position reads the zero vector, not its token's embedding
+    # (Marian's start, which CTranslate2's converter assumes); encoder-decoder only
+    zero_start: bool = False
     extra: dict = field(default_factory=dict)  # free-form notes kept with checkpoints
 
     def __post_init__(self):
@@ -201,6 +204,11 @@ def check_config(config, who: str) -> None:
 
     backend.require_env_backend()
     if isinstance(config, TransformerConfig):
+        if config.zero_start and who != "Transformer":
+            raise ConfigError(
+                f"{who}(config): zero_start (the decoder starts from the zero vector) is "
+                "for the encoder-decoder Transformer"
+            )
         return
     how = "TransformerConfig(**d)" if isinstance(config, dict) else "TransformerConfig(...)"
     raise ConfigError(

@@ -114,7 +114,7 @@ class LanguageModel(Module):
                 f"decode_step got {tokens.shape[0]} rows, the kv holds {kv.rows}"
             )
         h = self.decoder.step(self.embed.forward(tokens)[0], kv)  # (R, T, D)
-        return h @ self.embed.params["E"].T  # (R, T, V)
+        return self.embed.project(h)[0]  # (R, T, V): the forward's product, its cache dropped
 
 
 __all__ = ["LMCache", "LMLossCache", "LanguageModel"]

@@ -126,13 +126,24 @@ class Transformer(Module):
         """``forward`` without the input checks (the caller has made them)."""
         memory, src_mask, c_src, c_enc = self.encode(src, rng)
         y, c_tgt = self.embed.forward(tgt_in)
+        self._start(y, 0)
         self_mask = padding_mask(tgt_in, self.config.pad_id)  # the attention adds causality
         h, c_dec = self.decoder.forward(y, memory, self_mask, src_mask, rng)
-        if self.out_proj is None:
-            logits, c_out = self.embed.project(h)
-        else:
-            logits, c_out = self.out_proj.forward(h)
+        logits, c_out = self._output(h)
         return logits, TransformerCache(c_src, c_enc, c_tgt, c_dec, c_out, id(self))
+
+    def _output(self, h):
+        """h (B, T, D)  ->  logits (B, T, V) and the cache: ``h E^T`` (the embedding, tied,
+        unscaled) or ``h W`` (the output projection's own), one product over B*T rows."""
+        return self.embed.project(h) if self.out_proj is None else self.out_proj.forward(h)
+
+    def _start(self, y, position: int) -> None:
+        """With ``zero_start``, the decoder's first position reads the zero vector: ``y``
+        (B, T, D), the embeddings of positions ``position ..`` (or their gradient), gets
+        zeros at position 0 in place (``y`` is the caller's own, fresh array). The
+        derivative of a constant is zero, so the backward zeroes the same rows."""
+        if self.config.zero_start and position == 0:
+            y[:, :1] = 0
 
     def backward(self, dlogits, cache: TransformerCache):
         """dlogits (B, T, V): adds into every parameter's gradient."""
@@ -142,6 +153,7 @@ class Transformer(Module):
         else:
             dh = self.out_proj.backward(dlogits, cache.output)
         dy, dmemory = self.decoder.backward(dh, cache.decoder)
+        self._start(dy, 0)  # the zero start read no embedding: its row gets no gradient
         self.embed.backward(dy, cache.tgt_embed)
         dx = self.encoder.backward(dmemory, cache.encoder)
         self.src_embed.backward(dx, cache.src_embed)
@@ -176,10 +188,9 @@ class Transformer(Module):
                 f"decode_step got {tokens.shape[0]} rows, the kv holds {kv.rows}"
             )
         y = self.embed.forward(tokens)[0]  # (R, T, D), already scaled
+        self._start(y, kv.length)
         h = self.decoder.step(y, kv)  # (R, T, D)
-        if self.out_proj is None:
-            return h @ self.embed.params["E"].T  # tied, unscaled: (R, T, V)
-        return h @ self.out_proj.params["W"]
+        return self._output(h)[0]  # (R, T, V)
 
     def loss_forward(self, src, tgt_in, tgt_out, rng=None, eps_ls=None):
         """Label-smoothed cross-entropy, mean over non-pad target tokens.

@@ -64,6 +64,7 @@ class KVCache:
     layers     one ``LayerKV`` per decoder layer
     src_mask   (B, 1, 1, S) bool, True at real source tokens (cross-attention keys);
                None for a decoder-only language model (no cross-attention)
+    padded     whether any source is padded: if not, cross-attention needs no mask
     beams      K, rows per sentence
     length     target positions already stored; the next step's inputs sit at
                positions ``length, length + 1, ...`` (the positional-encoding offset)
@@ -77,6 +78,18 @@ class KVCache:
     src_mask: object
     beams: int
     length: int = 0
+    padded: bool = True  # whether any source is padded (see cross_mask)
+
+    def __post_init__(self):
+        if self.src_mask is not None:
+            self.padded = not bool(self.src_mask.all())  # one read, once per search
+
+    @property
+    def cross_mask(self):
+        """The mask cross-attention applies: ``src_mask``, or None when no source is
+        padded (an all-True mask hides nothing; without it the softmax skips its three
+        masking operations at every step)."""
+        return self.src_mask if self.padded else None
 
     @property
     def rows(self) -> int:

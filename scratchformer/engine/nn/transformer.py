@@ -336,7 +336,7 @@ class Decoder(_Stack):
         kv.check_step(y.shape[0], T)
         y, _, _ = self._enter(y, None, kv.length)
         for layer, lkv in zip(self.layers, kv.layers):
-            y = layer.step(y, lkv, kv.length, kv.src_mask, kv.beams)
+            y = layer.step(y, lkv, kv.length, kv.cross_mask, kv.beams)
         kv.length += T
         return self._exit(y)[0]
 

@@ -5,6 +5,7 @@ element-wise passes (device.set_workers), at N BLAS threads. Runs on commit fad2
     OPENBLAS_NUM_THREADS=2 python workers_ab.py small 2      # or base
 """
 
+# ruff: noqa: I001  (its imports are fad2bfa's layout, which the sorter cannot see today)
 import os
 import statistics
 import sys

@@ -15,10 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # benchmarks/
 from hf_parity import padded, read_sources, their_generate
 from transformers import MarianMTModel
 
-from scratchformer.checkpoint import load_with_tokenizer
-from scratchformer.decode import beam_search
-from scratchformer.decode.common import log_probs, max_output_lengths, writing_tokens
-from scratchformer.export import export_marian
+from scratchformer import DecodeOptions, beam_search, load_with_tokenizer
+from scratchformer.app.export import export_marian
+from scratchformer.engine.decode.common import max_output_lengths, writing_tokens
 
 torch.set_num_threads(1)
 ck, tok = load_with_tokenizer(sys.argv[1])
@@ -34,13 +33,16 @@ limits = max_output_lengths([len(r) for r in ids], 1.0, 50, cfg.max_len)
 
 def logp(i, out):
     tgt = np.array([[cfg.bos_id, *out]])
-    lp = log_probs(model.forward(np.array([ids[i]]), tgt)[0][0])
+    z = np.asarray(model.forward(np.array([ids[i]]), tgt)[0][0], dtype=np.float64)
+    lp = z - z.max(-1, keepdims=True)
+    lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
     return float(sum(lp[t, y] for t, y in enumerate([*out, cfg.eos_id])))
 
 
 for lo in range(0, 256, 32):
     rows = ids[lo : lo + 32]
-    a = [h[0].tokens for h in beam_search(model, padded(rows, 0), 4, 0.0, 1.0, 50, 1, 1, 0, writes)]
+    options = DecodeOptions(beam_size=4, alpha=0.0, max_len_a=1.0, max_len_b=50, min_len=1)
+    a = [h[0].tokens for h in beam_search(model, padded(rows, 0), options, writes)]
     b = their_generate(
         hf, rows, limits[lo : lo + 32], cfg, beams=4, length_penalty=0.0, early_stopping=True
     )

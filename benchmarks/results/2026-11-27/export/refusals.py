@@ -10,13 +10,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "tests"))
 from task_data import corpus
 
-from scratchformer.checkpoint import save_checkpoint
-from scratchformer.data.bpe import BPETokenizer
-from scratchformer.data.tokenizers import CharTokenizer
-from scratchformer.data.vocab import Vocab
-from scratchformer.models import Transformer, TransformerConfig
-from scratchformer.models.classifier import EncoderClassifier
-from scratchformer.models.lm import LanguageModel
+from scratchformer import (
+    EncoderClassifier,
+    LanguageModel,
+    Transformer,
+    TransformerConfig,
+    save_checkpoint,
+)
+from scratchformer.app.data.bpe import BPETokenizer
+from scratchformer.app.data.tokenizers import CharTokenizer
+from scratchformer.app.data.vocab import Vocab
 
 here = Path(sys.argv[1])
 here.mkdir(parents=True, exist_ok=True)

@@ -254,7 +254,7 @@ def _python_api() -> None:
     setup = (
         "import numpy as np\n"
         "from scratchformer import device\n"
-        "from scratchformer.models import Transformer, TransformerConfig\n"
+        "from scratchformer import Transformer, TransformerConfig\n"
         "m = Transformer(TransformerConfig.preset('tiny', vocab_size=12))\n"
         "other = Transformer(TransformerConfig.preset('tiny', vocab_size=12, d_model=32))\n"
         "src = np.array([[4, 5, 6]])\n"
@@ -264,7 +264,7 @@ def _python_api() -> None:
         code += "    print(type(e).__name__ + ': ' + str(e))\nelse:\n    print('no error')\n"
         r = subprocess.run([PY, "-c", code], cwd=d, env=ENV, capture_output=True, text=True)
         print(f"   {what}: {(r.stdout.strip() or r.stderr.strip().splitlines()[-1])[:250]}")
-    code = "from scratchformer.models import Transformer, TransformerConfig\n"
+    code = "from scratchformer import Transformer, TransformerConfig\n"
     code += "m = Transformer(TransformerConfig.preset('tiny', vocab_size=12))\n"
     code += "from scratchformer import backend; print('built on', backend.backend_name())\n"
     r = subprocess.run([PY, "-c", code], cwd=d, env={**ENV, "SCRATCHFORMER_BACKEND": "cupy"},

@@ -204,7 +204,20 @@ class Task:
     #: the test set
     shown_train: tuple = ("loss", "ppl")
     shown_valid: tuple = ("loss", "ppl")
+    #: the dev metrics ``train.best_metric`` may name for this task (``train.best``)
+    best_metrics: tuple = ("nll",)
     shown_test: tuple = ("loss", "ppl")
+
+    def dev_scores(self, model, limit: int = 0, progress=None, world=None) -> dict:
+        """The dev metrics that need decoding (``train.best_metric`` "bleu" or "chrf"):
+        none for a task that has none."""
+        return {}
+
+    def attention_example(self):
+        """``(source ids, target ids)`` of a short dev pair whose attention a run draws
+        at each validation (``train.tensorboard``), or None for a model without
+        encoder-decoder attention."""
+        return None
 
     def format_example(self, example) -> str:
         return f"  {example}"

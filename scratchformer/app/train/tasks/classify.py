@@ -44,6 +44,7 @@ class ClassifyTask(Task):
     target_pad = False
     shown_train = ("loss",)  # exp(loss) over 6 classes is no perplexity of text
     shown_valid = ("loss", "accuracy", "majority_baseline")
+    best_metrics = ("nll", "accuracy")
     shown_test = ("accuracy", "majority_baseline", "largest_class", "loss")
 
     def __init__(self, settings: ClassifySettings, lines: LineLimit = NO_MODEL):

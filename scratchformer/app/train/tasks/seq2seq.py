@@ -25,6 +25,9 @@ from scratchformer.engine import backend
 from scratchformer.engine.decode import DecodeOptions
 from scratchformer.engine.errors import need
 
+#: the longest side (in tokens) of the dev pair whose attention a run draws
+ATTENTION_TOKENS = 30
+
 
 def pair_batch(pairs, indices) -> TaskBatch:
     """The ``TaskBatch`` of the (source ids, target ids) ``pairs`` at ``indices``."""
@@ -157,6 +160,15 @@ class Seq2SeqTask(Task):
         shown = [(src, tgt, self.tokenizer.decode(o)) for (src, tgt), o in zip(texts, outputs)]
         return m, shown[:examples], outputs
 
+    def attention_example(self):
+        """The first dev pair of at most ``ATTENTION_TOKENS`` tokens a side (else the
+        shortest of the first 200): its cross-attention stays legible as an image."""
+        pairs = self.examples("valid")
+        if not pairs:
+            return None
+        short = [p for p in pairs if max(len(p[0]), len(p[1]) + 1) <= ATTENTION_TOKENS]
+        return short[0] if short else min(pairs[:200], key=lambda p: len(p[0]) + len(p[1]))
+
     def format_example(self, example) -> str:
         src, tgt, out = example
         verdict = "ok" if out == tgt else f"WRONG, want {tgt!r}"
@@ -195,6 +207,7 @@ class TranslateTask(Seq2SeqTask):
     kinds = ("translate",)
     min_len = 1  # a non-empty sentence never translates to nothing (fairseq's default)
     shown_test = ("bleu", "chrf", "token_acc", "ppl")
+    best_metrics = ("nll", "bleu", "chrf")
 
     def __init__(self, settings: TranslateSettings, lines: LineLimit = NO_MODEL):
         super().__init__(settings, lines)
@@ -274,6 +287,21 @@ class TranslateTask(Seq2SeqTask):
         else:
             m.update({k: scores[k] for k in ("bleu", "chrf", "bleu_signature")})
         return m, shown
+
+    def dev_scores(self, model, limit: int = 0, progress=None, world=None) -> dict:
+        """sacreBLEU's BLEU and chrF of the first ``limit`` dev sentences (0: all),
+        decoded greedily (fast, and the same for every batch), with the seconds the
+        decoding and scoring took (``decode_seconds``). The ranks of ``world`` share the
+        decoding."""
+        t0 = time.perf_counter()
+        pairs = self.examples("valid")[: limit or None]
+        options = DecodeOptions(search="greedy", min_len=self.min_len)
+        outputs = decode_outputs(model, [x for x, _ in pairs], options, progress=progress,
+                                 world=world)
+        hyps = [self.tokenizer.decode(o) for o in outputs]
+        scores = corpus_scores(hyps, [t for _, t in self.data.valid[: len(pairs)]])
+        return {"bleu": scores["bleu"], "chrf": scores["chrf"], "decoded": len(pairs),
+                "decode_seconds": time.perf_counter() - t0}
 
     def format_example(self, example) -> str:
         src, tgt, out = example
