@@ -1125,13 +1125,10 @@ def _layout(body: str) -> str:
     """A body written for the layout with ``scratchformer.kernels`` (``kernels.linear.backward``),
     as a tree without it calls the op: ``linear.backward``, with ``from
     scratchformer.engine.ops.linear import linear``. The sets themselves are unchanged."""
-    import importlib.util  # noqa: PLC0415
+    import scratchformer  # noqa: PLC0415 - the package on PYTHONPATH, read by its folder
 
-    try:
-        old = importlib.util.find_spec("scratchformer.kernels") is not None
-    except ModuleNotFoundError:
-        old = False
-    if old:
+    top = Path(scratchformer.__file__).resolve().parent
+    if (top / "kernels").is_dir() or (top / "kernels.py").is_file():
         return body
     return body.replace("kernels.linear.backward", "linear.backward").replace(
         "from scratchformer import kernels", "from scratchformer.engine.ops.linear import linear"
