@@ -90,6 +90,9 @@ open("relative.txt", "w").write("in the scratch copy")
     assert code == 1 and "your code changed" in text and "relu.py (changed: put back)" in text
     assert (folder / "relu.py").read_text() == "mine\n" and not (folder / "new.txt").exists()
     assert sorted(p.name for p in here.rglob("*")) == ["exercises", "linear.py", "relu.py"]
+    # the right numbers, failing on the change alone: list and train say which
+    g = isolate.graded(EXERCISES["linear"], folder / "linear.py", 1)
+    assert g.short().startswith("failing: your code changed"), g.short()
 
 
 def _running(name: str) -> list[int]:
