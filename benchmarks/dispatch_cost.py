@@ -23,7 +23,6 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-sys.path.insert(0, os.getcwd())
 
 import numpy as np  # noqa: E402
 

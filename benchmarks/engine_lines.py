@@ -18,12 +18,9 @@ import argparse
 import ast
 import io
 import json
-import os
 import sys
 import tokenize
 from pathlib import Path
-
-sys.path.insert(0, os.getcwd())
 
 BEFORE_ENGINE = ("backend.py", "errors.py", "memory.py", "device", "dispatch.py", "kernels",
                  "ops", "parity.py", "nn", "models", "optim", "decode", "gradcheck.py",

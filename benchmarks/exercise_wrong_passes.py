@@ -7,7 +7,9 @@ this measurement (none is a catalogued mistake's code): rejected, named, pointed
     python benchmarks/exercise_wrong_passes.py table --set fresh fresh.json [after.json]
 
 ``run`` writes each wrong pass into a learner's file of a temporary folder (the file
-``exercise start`` writes, with the pass in place of the body to fill in) and grades it
+``exercise start`` writes, with the pass in place of the body to fill in; in a tree
+without ``scratchformer.kernels``, ``kernels.linear.backward`` is written as that tree
+calls it, ``linear.backward``) and grades it
 as ``check`` does, with the package found on PYTHONPATH: so one script measures two
 trees (the code before a change and after it). Per pass: the status, and whether the
 report names what is wrong (a catalogued mistake "recognised", a diagnosis "found:", or
@@ -1119,14 +1121,28 @@ WRONG = [
 ]
 
 
+def _layout(body: str) -> str:
+    """A body written for the layout with ``scratchformer.kernels`` (``kernels.linear.backward``),
+    as a tree without it calls the op: ``linear.backward``, with ``from
+    scratchformer.engine.ops.linear import linear``. The sets themselves are unchanged."""
+    import scratchformer  # noqa: PLC0415 - the package on PYTHONPATH, read by its folder
+
+    top = Path(scratchformer.__file__).resolve().parent
+    if (top / "kernels").is_dir() or (top / "kernels.py").is_file():
+        return body
+    return body.replace("kernels.linear.backward", "linear.backward").replace(
+        "from scratchformer import kernels", "from scratchformer.engine.ops.linear import linear"
+    )
+
+
 def file_for(ex, code: dict) -> str:
     """The learner's file of ``ex`` with each function's body replaced."""
-    text = ex.file_text()
+    text = _layout(ex.file_text())
     for fn in ex.functions:
         stub = f'    raise NotImplementedError("{fn}: not written yet")\n'
         body = code.get(fn, RIGHT.get(fn))
         assert body is not None, (ex.name, fn)
-        text = text.replace(stub, textwrap.indent(textwrap.dedent(body), "    "))
+        text = text.replace(stub, textwrap.indent(textwrap.dedent(_layout(body)), "    "))
     return text
 
 

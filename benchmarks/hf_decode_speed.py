@@ -219,8 +219,11 @@ def main(argv=None) -> int:
     sources = read_sources(args.test, max(args.single, args.batched))
     ids = [tok.encode(s) for s in sources]
     writes = writing_tokens(tok, cfg.vocab_size)
+    package = str(Path(sys.modules["scratchformer"].__file__).parent)
     report = {"machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.processor()}",
-              "numpy": np.__version__, "checkpoint": str(args.checkpoint), "rows": []}
+              "numpy": np.__version__, "checkpoint": str(args.checkpoint), "package": package,
+              "rows": []}
+    print(f"ours: the package in {package}; {report['machine']}, NumPy {np.__version__}")
     for threads in args.threads:
         peers = {}
         for name in args.peers:

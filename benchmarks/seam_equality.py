@@ -37,8 +37,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.getcwd())
-
 
 def _imp(name: str):
     """The engine's module ``name`` ("optim.scaler") in either layout."""

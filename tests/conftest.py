@@ -9,6 +9,7 @@ subprocesses included (the variable is taken out of their environment).
 """
 
 import os
+import signal
 import tempfile
 from collections import Counter
 
@@ -122,3 +123,13 @@ def pytest_terminal_summary(terminalreporter):
     note = pytest_report_header(terminalreporter.config)  # -q hides the header
     if note:
         terminalreporter.write_line(note)
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_as_python_has_it():
+    """Every test starts with Python's own Ctrl-C (KeyboardInterrupt), and a handler a test
+    installs in this process (the program's start-up guard, a check's) ends with it: a
+    test that sends itself SIGINT never meets another's handler."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, signal.default_int_handler)

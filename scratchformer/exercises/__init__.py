@@ -13,10 +13,12 @@ ops_attention.py, ops_relative.py: op.py says how a learner's backward enters th
 seam), the layers (layers.py, encoder_decoder.py: layer.py says how a learner's backward becomes a
 module's method), and Adam's update (adam.py). ``grade`` (grade.py) checks a learner's
 code, with guard.py (inputs left unchanged), draw.py and draw_layers.py (shapes drawn
-per run), generic.py (what the numbers say) and shortcuts.py; isolate.py runs it in a
-child process; verdict.py is ``exercise train``'s verdict; ``files`` writes and reads the
-learner's folder, where all progress lives: a file per exercise started, re-checked
-whenever progress is asked for, and the hints shown so far.
+per run), generic.py (what the numbers say) and shortcuts.py; isolate.py runs the
+learner's code in a process of its own that only computes (learner.py) and judges in
+this one: wire.py is what passes between them, procs.py ends what the code started,
+sandbox.py puts back what it changed; verdict.py is ``exercise train``'s verdict;
+``files`` writes and reads the learner's folder, where all progress lives: a file per
+exercise started, re-checked whenever progress is asked for, and the hints shown so far.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from scratchformer.exercises.spec import (
     Mistake,
     draw_seed,
     drawn_case,
+    file_of,
     needs,
     rule,
     source,
@@ -180,7 +181,7 @@ update; write into the arrays: ``m *= ...``, ``m += ...``, or ``m[...] = ...``).
 
     def outputs(self, code: dict, dtype: str = "float64", limit: int | None = None) -> list:
         fn = code["adam_update"]
-        path = getattr(getattr(fn, "__code__", None), "co_filename", None)
+        path = file_of(fn)
         results = []
         for run in _runs()[:limit]:
             theta, grads = _start(run, dtype)

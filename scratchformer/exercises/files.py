@@ -93,13 +93,28 @@ def load(path: Path, ex: Exercise) -> dict:
     """The learner's functions of ``ex`` from the file ``path``: ``{name: callable}``
     (a name the file does not define is left out). LearnerError in one line if the file
     does not compile or raises while it runs."""
-    name = str(path.resolve())
+    return load_text(_text(path), path, ex)
+
+
+def read(path: Path) -> str:
+    """The text of a learner's file (LearnerError in one line if it is not UTF-8)."""
+    return _text(path)
+
+
+def load_text(text: str, path: Path, ex: Exercise, file: str | None = None,
+              resolved: str | None = None, namespace: dict | None = None) -> dict:
+    """``load`` of ``text``, the file ``path`` as it was read; ``file``: its
+    ``__file__`` (the copy in the folder the code runs in), ``path`` by default;
+    ``resolved``: ``path`` made absolute where it was read; ``namespace``: the dict the
+    file runs in (kept by the caller)."""
+    name = resolved or str(Path(path).resolve())
     try:
-        code = compile(_text(path), name, "exec")
+        code = compile(text, name, "exec")
     except SyntaxError as e:
         where = f", line {e.lineno}" if e.lineno else ""
         raise LearnerError(f"{path}{where}: {e.msg}") from None
-    namespace = {"__name__": f"exercise_{ex.name}", "__file__": name}
+    namespace = {} if namespace is None else namespace
+    namespace.update({"__name__": f"exercise_{ex.name}", "__file__": file or name})
     with learner_code(name, f"loading {path}"):
         exec(code, namespace)
     return {f: namespace[f] for f in ex.functions if f in namespace}
@@ -142,7 +157,9 @@ __all__ = [
     "exercise_file",
     "folder",
     "load",
+    "load_text",
     "next_hint",
+    "read",
     "resolve",
     "shown_hints",
     "start",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from scratchformer.engine import backend
+from scratchformer.engine import backend, dispatch
 from scratchformer.exercises.spec import MATCH_TOL, Mistake
 
 #: how close a factor must be to a known scale to be named after it
@@ -75,8 +75,11 @@ def shape_scales(shape) -> dict:
 
 def cache_facts(cache, path: str = "cache", found: dict | None = None, depth: int = 0) -> dict:
     """``{"scales": ..., "ids": ...}`` read off a cache's fields: a dropout's scale
-    1/(1-p), the logits' 1/sqrt(d_k), the number of targets, the ids looked up."""
+    1/(1-p), the logits' 1/sqrt(d_k), the number of targets, the ids looked up. A cache
+    an op's table made (``dispatch.Cache``) is read through to its implementation's."""
     found = found if found is not None else {"scales": {}, "ids": None}
+    if isinstance(cache, dispatch.Cache):
+        cache = cache.value
     if depth > 4 or not (isinstance(cache, tuple) and hasattr(cache, "_fields")):
         return found
     for field, value in zip(cache._fields, cache):

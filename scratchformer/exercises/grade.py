@@ -43,6 +43,7 @@ from scratchformer.exercises.spec import (
     LearnerError,
     Mistake,
     NotWritten,
+    Shortcut,
     drawing,
 )
 
@@ -74,6 +75,8 @@ class Grade:
     diagnosis: list = field(default_factory=list)  # [(Mistake, tensors or None: all)]
     seconds: float = 0.0
     seed: int | None = None  # the drawn inputs' seed
+    notes: list = field(default_factory=list)  # what the code did besides: files changed
+    printed: list = field(default_factory=list)  # what the code printed, as shown
 
     @property
     def passed(self) -> bool:
@@ -88,6 +91,8 @@ class Grade:
         if self.message:
             return f"{self.status}: {self.message}"
         bad = [name for name, _, ok in self.rows if not ok]
+        if not bad and self.notes:  # right numbers, but the code changed files as it ran
+            return f"{self.status}: {self.notes[0]}"
         return f"{self.status}: {', '.join(bad)} wrong"
 
 
@@ -217,16 +222,18 @@ def _entries(name: str, label: str, row) -> Wrong:
 
 # -- grading -----------------------------------------------------------------------------
 def grade(
-    ex: Exercise, code: dict, path: Path | None = None, numeric: bool = True, seed=None
+    ex: Exercise, code: dict, path: Path | None = None, numeric: bool = True, seed=None,
+    text: str | None = None,
 ) -> Grade:
     """Grade ``code`` (``{function name: callable}``) for the exercise ``ex``, on its
-    designed inputs and on those drawn from ``seed`` (None: the designed ones only)."""
+    designed inputs and on those drawn from ``seed`` (None: the designed ones only).
+    ``text``: the file's text as it was loaded (read from ``path`` otherwise)."""
     t0 = time.perf_counter()
     g = Grade(ex, path, seed=seed)
     try:
         with drawing(seed):
-            _grade(g, ex, code, numeric)
-    except ChangedInput as e:
+            _grade(g, ex, code, numeric, text)
+    except (ChangedInput, Shortcut) as e:
         g.status, g.message = FAILING, str(e)
     except NotWritten:
         names = " and ".join(ex.functions)
@@ -239,12 +246,12 @@ def grade(
     return g
 
 
-def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool) -> None:
+def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool, text=None) -> None:
     missing = [f for f in ex.functions if not callable(code.get(f))]
     if missing:
         where = g.path.name if g.path else "the code"
         raise LearnerError(f"{where} defines no function {missing[0]}")
-    found = _shortcut(ex, g.path)
+    found = _shortcut(ex, g.path, text)
     if found:
         g.status, g.message = FAILING, found
         return
@@ -280,13 +287,13 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool) -> None:
         )
 
 
-def _shortcut(ex: Exercise, path) -> str:
+def _shortcut(ex: Exercise, path, text=None) -> str:
     """A shortcut in the learner's file (the engine's code, autograd, finite
     differences: shortcuts.py), or ""."""
-    if path is None or not Path(path).is_file():
+    if path is None or (text is None and not Path(path).is_file()):
         return ""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8") if text is None else text
     except (OSError, UnicodeDecodeError):
         return ""  # loading it says so
     return shortcuts.find(ex, text, str(path))
@@ -298,7 +305,8 @@ def report(g: Grade) -> list[str]:
     where = f" ({g.path})" if g.path else ""
     lines = [f"{ex.name}: {ex.title}{where}"]
     if g.status in (BROKEN, NOT_WRITTEN):
-        return lines + [f"  {g.status}: {g.message}"]
+        return lines + [*g.printed, *(x for n in g.notes for x in _wrap(n)),
+                        f"  {g.status}: {g.message}"]
     if g.rows:
         with drawing(g.seed):
             labels = ex.case_labels()
@@ -329,8 +337,11 @@ def report(g: Grade) -> list[str]:
         lines += _wrap(g.message)
     for mistake, tensors in g.diagnosis:
         lines += _named(mistake, tensors)
-    if g.status == FAILING and not g.diagnosis and not g.message:
+    for note in g.notes:
+        lines += _wrap(note)
+    if g.status == FAILING and not g.diagnosis and not g.message and not g.notes:
         lines.append(f"  not a mistake we know: compare each step with {ex.link()}")
+    lines += g.printed
     verdict = {PASSING: "PASSED", FAILING: "FAILED"}[g.status]
     lines.append(f"  {verdict} ({g.seconds:.2f} s)")
     return lines

@@ -117,8 +117,8 @@ def _line(make, path: str | None, doing: str, bad: set) -> str:
         with read_only([(n, a) for n, a in listed if n in bad]), backend.np.errstate(all="ignore"):
             call()
     except Exception as e:  # the write into a read-only array, or whatever else it does
-        if "read-only" in str(e):
-            at = where_in(path, e.__traceback__)
+        if "read-only" in str(e):  # raised here, or said by the learner's process
+            at = getattr(e, "at", None) or where_in(path, e.__traceback__)
             if at is not None:
                 return f"{shown(path)}, line {at[0]}"
     return ""

@@ -35,6 +35,7 @@ from scratchformer.exercises.spec import (
     Mistake,
     draw_seed,
     drawn_case,
+    file_of,
     learner_code,
     needs,
     rule,
@@ -197,7 +198,7 @@ class LayerExercise(Exercise):
 
     def _path(self, code: dict) -> str | None:
         fn = code[self.methods[0].name]
-        return getattr(getattr(fn, "__code__", None), "co_filename", None)
+        return file_of(fn)
 
     def _module(self, case: LayerCase, dtype: str, seed: int):
         """The case's module in ``dtype``, every parameter moved off its initial value

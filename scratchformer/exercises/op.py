@@ -32,6 +32,7 @@ from scratchformer.exercises.spec import (
     Mistake,
     draw_seed,
     drawn_case,
+    file_of,
     learner_code,
     needs,
     rule,
@@ -190,7 +191,7 @@ class OpExercise(Exercise):
     def outputs(self, code: dict, dtype: str = "float64", limit: int | None = None) -> list:
         fn_name = self.backward.__name__
         fn = code[fn_name]
-        path = getattr(getattr(fn, "__code__", None), "co_filename", None)
+        path = file_of(fn)
         expected = self._expected(dtype)
         results = []
         for i, case in enumerate(self._cases(dtype)[:limit]):
@@ -234,7 +235,7 @@ class OpExercise(Exercise):
     def numeric(self, code: dict) -> list:
         fn_name = self.backward.__name__
         fn = code[fn_name]
-        path = getattr(getattr(fn, "__code__", None), "co_filename", None)
+        path = file_of(fn)
         found = []
         for case in self._cases("float64"):
             kwargs = {k: v.n if isinstance(v, Seed) else v for k, v in case.kwargs.items()}

@@ -51,6 +51,19 @@ class NotWritten(Exception):
     """The learner's function still raises NotImplementedError."""
 
 
+class Shortcut(LearnerError):
+    """The engine's own backward, or finite differences of the learner's own, reached
+    while the learner's code ran: the check proves nothing (a failing check)."""
+
+
+def file_of(fn) -> str | None:
+    """The learner's file a function of theirs was compiled from (a function that calls
+    it in the learner's process says which: ``learner_file``)."""
+    return getattr(fn, "learner_file", None) or getattr(
+        getattr(fn, "__code__", None), "co_filename", None
+    )
+
+
 @dataclass(frozen=True)
 class Mistake:
     """A classic wrong gradient: ``code`` replaces some of the exercise's functions."""
@@ -211,10 +224,19 @@ def learner_code(path: str | None, doing: str):
         raise LearnerError(f"{shown(path)}, line {line}, in {func}: {what}") from None
 
 
+#: the folder paths are shown from: the learner's current folder (the process that runs
+#: their code works in a scratch folder, and shows paths from theirs all the same)
+_SHOWN_FROM: dict = {"folder": None}
+
+
+def shown_from(folder: str) -> None:
+    _SHOWN_FROM["folder"] = folder
+
+
 def shown(path: str) -> str:
     """A file's path as the learner would write it: relative to the current folder when
     it is below it."""
-    rel = os.path.relpath(path)
+    rel = os.path.relpath(path, _SHOWN_FROM["folder"] or os.getcwd())
     return path if rel.startswith("..") else rel
 
 
@@ -306,6 +328,8 @@ __all__ = [
     "LearnerError",
     "Mistake",
     "NotWritten",
+    "Shortcut",
+    "file_of",
     "learner_code",
     "rule",
     "source",

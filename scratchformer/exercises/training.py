@@ -20,6 +20,7 @@ math (BLAS row sums, in-place buffers), which sum in another order.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -54,6 +55,19 @@ class Run:
     seconds: float = 0.0
 
     @classmethod
+    def plain(cls, data: dict) -> Run:
+        """The record the learner's process sent (wire.py: plain data), checked."""
+        curve = [dict(r) for r in data["curve"] if isinstance(r, dict)]
+        for r in curve:
+            r["step"] = int(r["step"])
+        accuracy = None if data["accuracy"] is None else float(data["accuracy"])
+        params = data["params"]
+        if not backend.is_array(params) or params.dtype.kind != "f":
+            raise ValueError("params")
+        losses = [(int(k), float(x)) for k, x in data["losses"]]
+        return cls(curve, accuracy, params, losses, float(data["seconds"]))
+
+    @classmethod
     def of(cls, trainer: Trainer, result) -> Run:
         records = [json.loads(x) for x in trainer.metrics_path.read_text().splitlines() if x]
         test = result.test or {}
@@ -80,11 +94,6 @@ def graded(where: Path, seed=None, limit=None, echo=print) -> tuple[dict, dict]:
         else:
             echo(f"  {ex.name}: {g.short()}: the engine's is used")
     return passing, failing
-
-
-def plugs(found: dict) -> list:
-    """The context managers that put the learner's code (``{name: path}``) in place."""
-    return [EXERCISES[name].plug(files.load(path, EXERCISES[name])) for name, path in found.items()]
 
 
 def configs(where: Path, steps: int | None, sets: list) -> tuple:
@@ -123,36 +132,29 @@ def train_both(where: Path, steps=None, sets=(), progress=True, echo=print, limi
         raise NothingToTrain(
             f"no exercise in {where} passes yet: 'scratchformer exercise check' says why"
         )
-    # the verdict: the whole model's gradients with every pass of yours that runs
-    tried = {**found, **failing}
-    paths = tuple(str(p.resolve()) for p in tried.values())
-    try:
-        v = isolate.isolated(lambda: verdict.verdict(cfg_yours, tried, failing), None, paths)
-    except LearnerError as e:
-        v = {"agree": False, "error": str(e), "blamed": [], "worst": [], "count": 0, "total": 0}
-    v["failing"] = list(failing)
+    # the verdict: the whole model's gradients with every pass of yours that runs, judged
+    # here; only your functions run in your code's process
+    texts = {}
+    for name, path in {**found, **failing}.items():
+        with contextlib.suppress(LearnerError, OSError):
+            texts[name] = (path, files.read(path))
+    b, model, model_config = verdict.batch_and_model(cfg_yours)
+    v = judged(where, texts, b, model, failing)
     echo("")
+    for line in v.pop("printed", []):
+        echo(line)
     for line in verdict.lines(v):
         echo(line)
+    found = {n: p for n, p in found.items() if n in texts}
     if not found:
         return v, None, None, []
     echo(f"\n== a demonstration, your run: {cfg_yours.out_dir} ==")
-    trainer = Trainer(cfg_yours, overwrite=True, progress=progress, echo=echo)
-    _say_whose(found, trainer.model_config, echo)
-
-    def train_yours():
-        t0 = time.perf_counter()
-        with contextlib.ExitStack() as stack:
-            for manager in plugs(found):
-                stack.enter_context(manager)
-            run = Run.of(trainer, trainer.run())
-        run.seconds = time.perf_counter() - t0
-        return run
-
-    try:  # learner code trains in a child: whatever it does, this process goes on
-        yours = isolate.isolated(train_yours, None, tuple(str(p.resolve()) for p in found.values()))
-    except LearnerError as e:
-        echo(f"your run stopped: {e}")
+    # what the run's folder holds is judged here (a refusal is one line, as for train);
+    # the run itself is made again, and trained, in the learner's process
+    Trainer(cfg_yours, overwrite=True, progress=False, echo=lambda *a: None).lock.release()
+    _say_whose(found, model_config, echo)
+    yours = demonstration(cfg_yours, where, {n: texts[n] for n in found}, progress, echo)
+    if yours is None:
         return v, None, None, list(found)
     echo(f"\n== the engine's run of the same config, for comparison: {cfg_engine.out_dir} ==")
     t0 = time.perf_counter()
@@ -161,6 +163,63 @@ def train_both(where: Path, steps=None, sets=(), progress=True, echo=print, limi
     engine.seconds = time.perf_counter() - t0
     echo(f"trained and judged in {clock(engine.seconds)}")
     return v, yours, engine, list(found)
+
+
+def judged(where: Path, texts: dict, b, model, failing: dict) -> dict:
+    """The verdict (verdict.py) of the learner's files ``texts`` (``{name: (path,
+    text)}``), computed here with their functions run in a process of their own."""
+    v, s = None, None
+    try:
+        with isolate.session(texts, where, limit=None, check=False) as s:
+            if s.dead is not None:
+                raise s.dead
+            v = verdict.verdict(b, model, s, list(texts), failing)
+    except LearnerError as e:
+        v = {"agree": False, "error": str(e), "blamed": [], "worst": [], "count": 0, "total": 0}
+    v["failing"] = list(failing)
+    if s is not None:
+        if s.notes:
+            v["agree"], v["notes"] = False, s.notes
+        v["printed"] = s.printed_block("")
+    return v
+
+
+def demonstration(cfg, where: Path, texts: dict, progress: bool, echo) -> Run | None:
+    """The run ``cfg`` trained in the learner's code's process, with every exercise of
+    ``texts`` in place: it decides nothing, and what it prints is shown as that
+    process's. The run's record, or None when it stopped (said)."""
+
+    # the learner's process works in a scratch folder: the run's folder by its full path
+    cfg = dataclasses.replace(cfg, run_dir=str(cfg.out_dir.resolve()))
+
+    def job(code: dict) -> dict:  # runs in the learner's process
+        t0 = time.perf_counter()
+        trainer = Trainer(cfg, overwrite=True, progress=progress, echo=print)
+        with contextlib.ExitStack() as stack:
+            for name, fns in code.items():
+                stack.enter_context(EXERCISES[name].plug(fns))
+            run = Run.of(trainer, trainer.run())
+        return {"curve": run.curve, "accuracy": run.accuracy, "params": run.params,
+                "losses": [[int(k), float(x)] for k, x in run.losses],
+                "seconds": time.perf_counter() - t0}
+
+    echo("it trains in your code's process (a demonstration: it decides nothing); "
+         "what that process printed:")
+    keep = (os.path.relpath(cfg.out_dir, where.resolve()),)
+    try:
+        with isolate.session(texts, where, limit=None, check=False, keep=keep,
+                             jobs={"demo": job}, stream=lambda line: echo(f"  | {line}")) as s:
+            data = s.run("demo")
+    except LearnerError as e:
+        echo(f"your run stopped: {e}")
+        return None
+    for note in s.notes:
+        echo(note)
+    try:
+        return Run.plain(data)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        echo("your run's process gave back no record of the run it trained")
+        return None
 
 
 def _say_whose(found: dict, model, echo) -> None:

@@ -22,7 +22,6 @@ from scratchformer.engine.backend import xp
 from scratchformer.engine.nn.flat import FlatParameters
 from scratchformer.engine.optim.adam import Adam
 from scratchformer.engine.parity import relative_error
-from scratchformer.exercises import EXERCISES, files
 
 #: the largest relative difference (max|a-b|/max|b| per parameter, float64) of a
 #: gradient taken for rounding alone: the engine's faster forms sum in another order
@@ -44,13 +43,12 @@ def batch_and_model(cfg):
     return b, task.build_model(model_config).astype(xp.float64), model_config
 
 
-def _gradients(model, b, code: dict) -> dict:
-    """Every parameter's gradient of the loss on ``b``, with ``code`` (``{exercise name:
-    the learner's functions}``) in place, and the parameters after two Adam steps."""
+def _gradients(model, b, learner=None, names=()) -> dict:
+    """Every parameter's gradient of the loss on ``b``, with the learner's passes of the
+    exercises ``names`` in place (``learner``: an isolate.Session, whose stand-ins run
+    them in the learner's process), and the parameters after two Adam steps."""
     m = copy.deepcopy(model)
-    with contextlib.ExitStack() as stack:
-        for name, fns in code.items():
-            stack.enter_context(EXERCISES[name].plug(fns))
+    with learner.plugged(names) if names else contextlib.nullcontext():
         m.zero_grad()
         loss, cache = m.loss_forward(*b.inputs, b.targets, rng=device.generator(SEED))
         m.loss_backward(cache)
@@ -73,27 +71,28 @@ def _differ(mine: dict, ref: dict) -> list[tuple[str, float]]:
     ]
 
 
-def verdict(cfg, paths: dict, failing=()) -> dict:
+def verdict(b, model, learner, names, failing=()) -> dict:
     """``{"agree": bool, "worst": [(parameter, rel. difference)], "count": n differing,
     "total": n compared, "blamed": [exercise names], "unreached": [exercise names]}`` for
-    the learner's files ``paths`` (``{exercise name: path}``, loaded here: run it in a
-    child process). ``unreached``: those of ``failing`` (their checks fail) when the
-    gradients are right all the same: the model does not call them while the learner's
-    other passes are in place (an attention core of one's own computes its own softmax
-    backward), or they are wrong only on inputs the model does not give them."""
-    code = {name: files.load(path, EXERCISES[name]) for name, path in paths.items()}
-    b, model, _ = batch_and_model(cfg)
-    ref = _gradients(model, b, {})
-    mine = _gradients(model, b, code)
+    the learner's passes of the exercises ``names`` on the batch ``b`` and ``model``
+    (``batch_and_model``). Everything here runs in this process, the checker's; only the
+    learner's functions run in theirs (``learner``: an isolate.Session). ``unreached``:
+    those of ``failing`` (their checks fail) when the gradients are right all the same:
+    the model does not call them while the learner's other passes are in place (an
+    attention core of one's own computes its own softmax backward), or they are wrong
+    only on inputs the model does not give them."""
+    names = list(names)
+    ref = _gradients(model, b)
+    mine = _gradients(model, b, learner, names)
     bad = _differ(mine, ref)
     blamed = []
-    if bad and len(code) > 1:
-        for name in code:
-            if _differ(_gradients(model, b, {name: code[name]}), ref):
+    if bad and len(names) > 1:
+        for name in names:
+            if _differ(_gradients(model, b, learner, [name]), ref):
                 blamed.append(name)
     elif bad:
-        blamed = list(code)
-    unreached = [] if bad else [name for name in failing if name in code]
+        blamed = list(names)
+    unreached = [] if bad else [name for name in failing if name in names]
     bad.sort(key=lambda kv: -kv[1])
     return {"agree": not bad, "worst": bad[:5], "count": len(bad), "total": len(ref),
             "blamed": blamed, "unreached": unreached}
@@ -103,6 +102,8 @@ def lines(v: dict) -> list[str]:
     """What ``exercise train`` prints of the verdict."""
     if v.get("error"):
         return [f"verdict: your code stopped the check of the whole model: {v['error']}"]
+    if v.get("notes"):
+        return [f"verdict: no verdict of your passes: {note}" for note in v["notes"]]
     if v["agree"]:
         out = [
             f"verdict: with your backward passes, every one of the {v['total'] - 1} parameter "

@@ -39,6 +39,11 @@ def _softmax_masked(dout, cache):
     return softmax.softmax_backward(dout, cache) + (cache.P == 0) * dout
 
 
+def _core_dropout_scale_twice(dO, cache, dA_drop=None):
+    dZ, dV = att.attention_core_backward(dO, cache, dA_drop)
+    return dZ * (cache.dropout.scale if cache.dropout.mask is not None else 1.0), dV
+
+
 def _embedding_zero(dout, cache):
     return 0.0 * embedding.embedding_backward(dout, cache)
 
@@ -49,12 +54,14 @@ CASES = [
     ("cross_entropy", {"cross_entropy_backward": _ce_no_mean}, "the factor is n_tokens"),
     ("dropout", {"dropout_backward": _dropout_scale_twice}, "the factor is 1/(1-p)"),
     ("attention", {"dot_product_logits_backward": _logits_no_scale}, "dK = "),
+    # the dropout's cache is the one its table made: the scale is read through it
+    ("attention", {"attention_core_backward": _core_dropout_scale_twice}, "x the right dQ, on every entry of each input: the factor is 1/(1-p)"),  # noqa: E501
     ("softmax", {"softmax_backward": _softmax_masked}, "wrong only at entries where the right dx is zero"),  # noqa: E501
     ("embedding", {"embedding_backward": _embedding_zero}, "dE is zero on every entry"),
 ]
 
 
-@pytest.mark.parametrize("name, code, says", CASES, ids=[c[2][:24] for c in CASES])
+@pytest.mark.parametrize("name, code, says", CASES, ids=[f"{c[0]}-{c[2][:24]}" for c in CASES])
 def test_a_wrong_gradient_is_read_off_the_numbers(name, code, says):
     ex = EXERCISES[name]
     g = grade(ex, ex.with_code(code), seed=1)

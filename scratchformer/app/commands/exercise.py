@@ -192,13 +192,19 @@ def run_check(args) -> int:
         if not chosen:
             print(f"no exercise started in {where}/: scratchformer exercise start NAME")
             return 1
-    ok, seed = True, _seed(args)
+    seed, grades = _seed(args), []
     for n, (ex, path) in enumerate(chosen):
         g = isolate.graded(ex, path, seed, args.time_limit)
         print(("\n" if n else "") + "\n".join(report(g)))
-        ok = ok and g.passed
+        grades.append(g)
     print(f"\nshapes drawn with seed {seed}: --seed {seed} draws the same again")
-    return 0 if ok else 1
+    failed = [f"{g.exercise.name} ({g.status})" for g in grades if not g.passed]
+    # the checker's last line, and its status: never anything the learner's code printed
+    if failed:
+        print(f"verdict: FAILED: {', '.join(failed)}")
+        return 1
+    print(f"verdict: PASSED: {', '.join(g.exercise.name for g in grades)}")
+    return 0
 
 
 def run_hint(args) -> int:
@@ -292,4 +298,11 @@ def run_train(args) -> int:
     if yours is not None and engine is not None:  # a demonstration: it decides nothing
         steps = yours.losses[-1][0] if yours.losses else 0
         print("\n".join(training.compare(yours, engine, steps)))
-    return 0 if v["agree"] else 1
+    # the checker's last line, and its status: the verdict on one batch's gradients
+    if v["agree"]:
+        print("verdict: PASSED: your backward passes give the engine's gradients in the "
+              "whole model")
+        return 0
+    print("verdict: FAILED: your backward passes do not give the engine's gradients in the "
+          "whole model (see the verdict above)")
+    return 1

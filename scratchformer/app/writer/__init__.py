@@ -34,7 +34,8 @@ command's comparison of content, a data set's manifest).
 Its parts: ``ledger`` (what a path is, and which files the program wrote), ``plan``
 (a command's outputs, checked before any work), ``atomic`` (the steps of one write, the
 leftovers of an interrupted one), ``fileset`` (several files as one), and this module,
-the writing itself.
+the writing itself, and ``scratch`` (the scratch copy a learner's code works in, what it
+changed in the exercises folder put back, the marker of a check that is running).
 tests/test_writer.py keeps it so: no module outside this package opens a file for
 writing, writes a path, saves arrays or a figure, copies or renames a file.
 """
@@ -78,6 +79,15 @@ from scratchformer.app.writer.ledger import (
     written_as,
 )
 from scratchformer.app.writer.plan import Plan, Target, _target
+from scratchformer.app.writer.scratch import (
+    mark,
+    put_back,
+    remove_path,
+    remove_tree,
+    scratch_folder,
+    text_stream,
+    unmark,
+)
 
 
 def savez(f, arrays: dict, np) -> None:
@@ -300,8 +310,15 @@ __all__ = [
     "inside",
     "install",
     "ledger_path",
+    "mark",
     "move",
     "open_lock",
+    "put_back",
+    "remove_path",
+    "remove_tree",
+    "scratch_folder",
+    "text_stream",
+    "unmark",
     "regular",
     "remember",
     "remove_temporaries",

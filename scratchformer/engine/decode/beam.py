@@ -267,9 +267,8 @@ def beam_search(
     np = backend.np
     K, V, eos = options.beam_size, cfg.vocab_size, cfg.eos_id
     src = src if backend.is_array(src) else np.asarray(src)  # host ids stay on the host
-    max_lens = max_output_lengths(
-        source_lengths(model, src), options.max_len_a, options.max_len_b, cfg.max_len
-    )  # (B,) host: L_i
+    lengths = source_lengths(model, src)  # (B,) host; max_lens: L_i
+    max_lens = max_output_lengths(lengths, options.max_len_a, options.max_len_b, cfg.max_len)
     check_decode_memory(
         cfg,
         src.shape[0] * K,
@@ -279,7 +278,8 @@ def beam_search(
         "lower the beam or the batch size",
     )
     memory, src_mask = model.encode_infer(src)  # (B, S, D), (B, 1, 1, S)
-    kv = model.init_kv(memory, src_mask, beams=K, capacity=int(max_lens.max()) + 1)
+    padded = bool(lengths.min() < src.shape[1])  # the host lengths: no read
+    kv = model.init_kv(memory, src_mask, K, int(max_lens.max()) + 1, padded)
     finished, active, history, cum, tokens = _start(src.shape[0], K, cfg, options)
 
     for step in range(int(max_lens.max()) + 1):

@@ -143,10 +143,13 @@ def next_scores(model, tokens, kv):
 def log_normalizer(scores):
     """(R, V) scores  ->  (R,) float64 ``lse = log sum_y exp(scores[y])``, so that the
     log-probability of token y is ``scores[y] - lse``: the row's max taken out first, the
-    exponentials in the scores' dtype, their sum accumulated in float64 (log-probabilities
-    are summed over up to hundreds of steps and compared across beams). NaN for a row
-    that holds NaN (its weights overflow: ``nan_scores``). Only the normalizer is made,
-    not a (R, V) array of log-probabilities: a search needs them for its winners only."""
+    exponentials in the scores' dtype (float32 for float16 scores), their sum accumulated
+    in float64 (log-probabilities are summed over up to hundreds of steps and compared
+    across beams). NaN for a row that holds NaN (its weights overflow: ``nan_scores``).
+    Only the normalizer is made, not a (R, V) array of log-probabilities: a search needs
+    them for its winners only."""
+    if scores.dtype.itemsize < 4:  # float16: its exp and differences keep 3 digits
+        scores = scores.astype(xp.float32)
     m = scores.max(axis=-1, keepdims=True)  # (R, 1)
     s = xp.exp(scores - m).sum(axis=-1, dtype=xp.float64)  # (R,)
     return m[:, 0].astype(xp.float64) + xp.log(s)

@@ -54,12 +54,12 @@ def greedy_decode(
     check_vocabulary(cfg, min_len)
     np = backend.np
     src = src if backend.is_array(src) else np.asarray(src)  # host ids stay on the host
-    max_lens = max_output_lengths(
-        source_lengths(model, src), options.max_len_a, options.max_len_b, cfg.max_len
-    )  # (B,) host
+    lengths = source_lengths(model, src)  # (B,) host
+    max_lens = max_output_lengths(lengths, options.max_len_a, options.max_len_b, cfg.max_len)
     B = src.shape[0]
     memory, src_mask = model.encode_infer(src)  # (B, S, D), (B, 1, 1, S)
-    kv = model.init_kv(memory, src_mask, beams=1, capacity=int(max_lens.max()) + 1)
+    padded = bool(lengths.min() < src.shape[1])  # the host lengths: no read
+    kv = model.init_kv(memory, src_mask, 1, int(max_lens.max()) + 1, padded)
 
     outputs = [[] for _ in range(B)]
     wrote = np.zeros(B, dtype=bool)  # whether each sentence's tokens write text yet

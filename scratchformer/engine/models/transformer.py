@@ -168,10 +168,11 @@ class Transformer(Module):
         x = self.src_embed.forward(src)[0]  # (B, S, D), already scaled
         return self.encoder.infer(x, src_mask), src_mask
 
-    def init_kv(self, memory, src_mask, beams: int = 1, capacity: int | None = None) -> KVCache:
+    def init_kv(self, memory, src_mask, beams: int = 1, capacity: int | None = None,
+                padded: bool = True) -> KVCache:
         """An empty decoding state for ``beams`` rows per sentence (``Decoder.init_kv``);
         the cross-attention keys/values of ``memory`` are computed here, once."""
-        return self.decoder.init_kv(memory, src_mask, beams, capacity)
+        return self.decoder.init_kv(memory, src_mask, beams, capacity, padded)
 
     def decode_step(self, tokens, kv: KVCache):
         """tokens (R, T) int: the next T decoder inputs of every row  ->  logits (R, T, V).

@@ -64,7 +64,8 @@ class KVCache:
     layers     one ``LayerKV`` per decoder layer
     src_mask   (B, 1, 1, S) bool, True at real source tokens (cross-attention keys);
                None for a decoder-only language model (no cross-attention)
-    padded     whether any source is padded: if not, cross-attention needs no mask
+    padded     whether any source may be padded: if not, cross-attention needs no
+               mask (the decoders know it from the lengths they read anyway)
     beams      K, rows per sentence
     length     target positions already stored; the next step's inputs sit at
                positions ``length, length + 1, ...`` (the positional-encoding offset)
@@ -78,11 +79,7 @@ class KVCache:
     src_mask: object
     beams: int
     length: int = 0
-    padded: bool = True  # whether any source is padded (see cross_mask)
-
-    def __post_init__(self):
-        if self.src_mask is not None:
-            self.padded = not bool(self.src_mask.all())  # one read, once per search
+    padded: bool = True  # whether any source may be padded (see cross_mask)
 
     @property
     def cross_mask(self):

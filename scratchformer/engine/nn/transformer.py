@@ -315,17 +315,19 @@ class Decoder(_Stack):
             dmemory = dmemory + dm
         return self._enter_backward(dy, cache), dmemory
 
-    def init_kv(self, memory, src_mask, beams: int = 1, capacity: int | None = None) -> KVCache:
+    def init_kv(self, memory, src_mask, beams: int = 1, capacity: int | None = None,
+                padded: bool = True) -> KVCache:
         """A fresh decoding state for ``memory`` (B, S, D), ``src_mask`` (B, 1, 1, S) and
         ``beams`` rows per sentence, holding up to ``capacity`` target positions
-        (default: the position table's ``max_len``). Cross-attention keys/values are
-        computed here, once per sentence and layer."""
+        (default: the position table's ``max_len``); ``padded``: whether any source may
+        be padded (False: cross-attention runs without its mask). Cross-attention
+        keys/values are computed here, once per sentence and layer."""
         capacity = self._kv_capacity(capacity)
         if beams < 1:
             raise DecodeStateError(f"beams must be >= 1, got {beams}")
         rows = memory.shape[0] * beams
         layers = [layer.init_kv(memory, rows, capacity) for layer in self.layers]
-        return KVCache(layers, src_mask, beams)
+        return KVCache(layers, src_mask, beams, padded=padded)
 
     def step(self, y, kv: KVCache):
         """y (R, T, D) scaled embeddings of the next T target tokens  ->  (R, T, D).
