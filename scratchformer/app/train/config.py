@@ -345,8 +345,7 @@ def build(layers: list, notes: list | None = None) -> TrainConfig:
 def _check_init_from(layers: list) -> None:
     """A run that starts from a checkpoint (``[model] init_from``, ``--init-from``) has its
     model: a [model] key of any layer (a config file, --set) is refused in one line."""
-    given = [(k, label) for d, label in layers if isinstance(d.get("model"), dict)
-             for k in d["model"]]
+    given = [(k, lab) for d, lab in layers if isinstance(d.get("model"), dict) for k in d["model"]]
     if not any(k == "init_from" for k, _ in given):
         return
     other = [(k, label) for k, label in given if k != "init_from"]
