@@ -94,8 +94,8 @@ class CheckingModel:
     def encode_infer(self, src):
         return self.model.encode_infer(src)
 
-    def init_kv(self, memory, src_mask, beams=1, capacity=None):
-        kv = self.model.init_kv(memory, src_mask, beams, capacity)
+    def init_kv(self, memory, src_mask, beams=1, capacity=None, padded=True):
+        kv = self.model.init_kv(memory, src_mask, beams, capacity, padded)
         ckv = CheckingKV(kv, np.repeat(np.arange(memory.shape[0]), beams))
         self.kvs.append(ckv)
         return ckv
