@@ -20,7 +20,8 @@ for b, a in zip(before["rows"], after["rows"]):
     s = a["sent_per_s"]
     lo, hi = a["ours/ct2_spread"]
     n = a["sentences"]
-    print(f"| {a['row']} | {b['sent_per_s']['ours']:.2f} ({b['ours/ct2']:.2f}x) | {s['ours']:.2f} | "
+    print(f"| {a['row']} | {b['sent_per_s']['ours']:.2f} ({b['ours/ct2']:.2f}x) | "
+          f"{s['ours']:.2f} | "
           f"{s['ours'] / b['sent_per_s']['ours']:.2f}x | {s['ct2']:.2f} | "
           f"**{a['ours/ct2']:.2f}x** ({lo:.2f}-{hi:.2f}) | {a['ours/ct2-int8']:.2f}x | "
           f"{s['generate']:.2f} | {a['ours/generate']:.2f}x | "
