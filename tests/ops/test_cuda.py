@@ -132,7 +132,7 @@ def test_an_installed_wheel_carries_the_kernel_sources(tmp_path):
                     str(target), str(wheel)], check=True, timeout=300)
     code = (
         "from importlib import resources; import scratchformer, sys; "
-        "f = [resources.files('scratchformer.' + d) for d in ('ops', 'device')]; "
+        "f = [resources.files('scratchformer.engine.' + d) for d in ('ops', 'device')]; "
         "print(scratchformer.__file__); "
         "print(sorted(p.name for d in f for p in d.iterdir() if p.name.endswith(('.cu', '.cuh'))))"
     )
