@@ -8,6 +8,7 @@ Dimension key: ``V`` vocabulary, ``D`` n_embd, ``F`` n_inner, ``P`` n_positions.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import random
@@ -31,7 +32,7 @@ def need(module: str):
     """``pytest.importorskip``, except under CI=true (where .ci/run installs the extras):
     there a missing library fails the test rather than skip it."""
     if os.environ.get("CI") == "true":
-        return __import__(module)
+        return importlib.import_module(module)  # the submodule itself, as importorskip gives
     return pytest.importorskip(module)
 
 
