@@ -55,6 +55,8 @@ writing_tokens = layout.engine("decode.common").writing_tokens
 PEERS = ("ct2", "ct2-int8", "generate")
 
 
+# read_sources and padded as in hf_parity.py, which cannot be imported here: it loads torch
+# and the present layout at import, and this script also measures older trees
 def read_sources(tsv: Path, limit: int | None) -> list[str]:
     rows = [line.split("\t")[0] for line in tsv.read_text(encoding="utf-8").splitlines() if line]
     return rows[:limit] if limit else rows
