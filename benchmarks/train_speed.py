@@ -422,6 +422,8 @@ def main(argv=None):
         results.append(dict(speed=speed, scale_out=scale, ceiling_gflops=ceiling))
     if args.runs > 1:
         _print_runs(results, args)
+        if args.against:
+            _print_against_runs(results, args)
     memory = []
     if args.memory_runs:
         saved = args.configs
@@ -610,6 +612,25 @@ def _print_runs(results: list[dict], args) -> None:
             f"{label:<26} {fw:<9} {runs} {statistics.median(c):>6.0%} {spread:>6} "
             f"{statistics.median(ms):>8.0f} ({min(ms):.0f}-{max(ms):.0f})"
         )
+
+
+def _print_against_runs(results: list[dict], args) -> None:
+    """This tree's tokens/s over the other tree's in every run, their median and spread
+    ((max - min) / median): a ratio is taken as measured only where the runs agree."""
+    ratios = defaultdict(list)
+    for res in results:
+        rows = {(r["config"], r["threads"], r["tree"]): r for r in res["speed"]}
+        for (config, n, tree), a in rows.items():
+            b = rows.get((config, n, "against"))
+            if tree == "this" and b:
+                ratios[(config, n)].append(a["ours"]["tokens_per_s"] / b["ours"]["tokens_per_s"])
+    print(f"this tree / {args.against} over the {len(results)} runs (ours, tokens/s)")
+    head = " ".join(f"{'run ' + str(i + 1):>6}" for i in range(len(results)))
+    print(f"{'config':<6} {'thr':>3} {head} {'median':>6} {'spread':>6}")
+    for (config, n), v in ratios.items():
+        med = statistics.median(v)
+        runs = " ".join(f"{x:>5.3f}x" for x in v)
+        print(f"{config:<6} {n:>3} {runs} {med:>5.3f}x {(max(v) - min(v)) / med:>6.1%}")
 
 
 def _print_against(speed, args) -> None:

@@ -37,6 +37,7 @@ def _softmax_backward_off_by_1e4(dO, cache, dA_drop=None):
     return dZ * (1 + 1e-4), dV
 
 
+@pytest.mark.slow
 def test_small_passes_in_float64_with_relu_and_gelu():
     for activation in ("relu", "gelu"):
         model, src, tgt_in, tgt_out = _model("small", N=2, activation=activation)

@@ -157,6 +157,7 @@ def _train_with_one_wrong(tmp_path, monkeypatch, capsys, name, right, wrong, als
     return code, capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_one_wrong_pass_is_named_by_the_verdict_and_decides_the_status(
     tmp_path, monkeypatch, capsys
 ):
@@ -171,6 +172,7 @@ def test_one_wrong_pass_is_named_by_the_verdict_and_decides_the_status(
     assert "A run of 2 steps shows nothing either way" in out
 
 
+@pytest.mark.slow
 def test_a_failing_pass_the_model_does_not_call_is_said_to_be_out_of_reach(
     tmp_path, monkeypatch, capsys
 ):

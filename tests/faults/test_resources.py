@@ -66,7 +66,9 @@ def _same_nbest(a: str, b: str) -> None:
     assert scores_a == pytest.approx(scores_b, rel=1e-5, abs=1e-5)
 
 
-@pytest.mark.parametrize("chunk", ["1", "3", "7", "default-3"])
+@pytest.mark.parametrize(
+    "chunk", [pytest.param(c, marks=pytest.mark.slow) for c in ("1", "7")] + ["3", "default-3"]
+)
 @pytest.mark.parametrize("mode", MODES)
 def test_chunked_translation_equals_one_chunk(
     reverse_model, tmp_path, capsys, monkeypatch, mode, chunk

@@ -98,6 +98,7 @@ def test_a_lock_that_is_not_a_plain_file_is_refused_and_never_written(tmp_path, 
     assert sorted(p.name for p in run.iterdir()) == [LOCK_NAME]  # nothing else written
 
 
+@pytest.mark.slow
 def test_two_real_trainings_on_one_directory(tmp_path):
     """A training process holds the directory while it trains; a second one started
     meanwhile is refused and writes nothing; the first finishes untouched."""

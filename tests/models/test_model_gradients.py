@@ -54,8 +54,17 @@ def assert_every_parameter_passes(report, m):
     assert len(names) == len(set(names))
 
 
-@pytest.mark.parametrize("norm", ["post", "pre"])
-@pytest.mark.parametrize("share", ["all", "decoder", "none"])
+# the paper's post-LN with every embedding shared runs by default, the rest with -m slow
+@pytest.mark.parametrize(
+    "norm, share",
+    [("post", "all")]
+    + [
+        pytest.param(n, s, marks=pytest.mark.slow)
+        for s in ("all", "decoder", "none")
+        for n in ("post", "pre")
+        if (n, s) != ("post", "all")
+    ],
+)
 def test_whole_model_every_parameter(norm, share):
     """Every parameter, post-LN and pre-LN, each embedding-sharing mode, label smoothing
     0.1, padding in source and target, dropout on with replayed masks."""
@@ -67,7 +76,7 @@ def test_whole_model_every_parameter(norm, share):
     assert [n for n in report_names(report) if "embed" in n or "out_proj" in n] == expected
 
 
-@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("norm", ["post", pytest.param("pre", marks=pytest.mark.slow)])
 def test_whole_model_learned_positions_gelu(norm):
     """Learned positions (Table 3 row E) in encoder and decoder, GELU feed-forward."""
     m = model(norm=norm, positions="learned", activation="gelu")
@@ -84,6 +93,7 @@ def test_whole_model_without_dropout(eps_ls):
     assert_every_parameter_passes(report, m)
 
 
+@pytest.mark.slow
 def test_whole_model_unit_scale_weights():
     """With unit-scale weights (not the small initialisation), every gradient still agrees."""
     m = model(norm="pre", share_embeddings="none")
@@ -94,6 +104,7 @@ def test_whole_model_unit_scale_weights():
     assert_every_parameter_passes(report, m)
 
 
+@pytest.mark.slow
 def test_whole_model_separate_source_vocabulary():
     """share_embeddings='decoder' with a source vocabulary of a different size."""
     m = model(share_embeddings="decoder", src_vocab_size=9)
@@ -141,6 +152,7 @@ def lm_batch(seed=0, pad=V, bos=V - 1, eos=V - 1):
     return B.asarray(ids), B.asarray(targets)
 
 
+@pytest.mark.slow
 def test_language_model_with_gpt2_options_every_parameter():
     """Every parameter of a GPT-2-like language model, every entry, dropout replayed;
     the keys' biases pass as zero (the softmax does not see q.b_k, the same on a row)."""
@@ -153,7 +165,7 @@ def test_language_model_with_gpt2_options_every_parameter():
     assert "decoder.layers.1.self_attn.b_o" in report_names(report)
 
 
-@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("norm", ["post", pytest.param("pre", marks=pytest.mark.slow)])
 def test_whole_model_with_attention_biases_unscaled_embeddings(norm):
     """The encoder-decoder with biases on every attention (self and cross) and no
     sqrt(d_model) on its embeddings (Marian scales them, GPT-2 does not)."""

@@ -83,6 +83,7 @@ def test_it_is_a_value_of_the_config_and_builds_every_model():
     assert isinstance(LanguageModel(config()).decoder.layers[1].self_attn, AlibiAttention)
 
 
+@pytest.mark.slow
 def test_it_passes_the_gradient_check(f64):
     """The module (inputs, W_q W_k W_v W_o, attention dropout replayed) and a whole
     encoder-decoder with the variant in both stacks, every parameter."""
