@@ -126,7 +126,8 @@ def run(args) -> int:
     t0 = time.perf_counter()
     hyps, warning = _decode_split(args, ckpt.model, tok, pairs, str(path), target)
     dt = time.perf_counter() - t0
-    out_tokens = sum(len(tok.encode_target(h)) + 1 for h in hyps)  # re-encoded, + <eos>: ~ generated
+    # re-encoded, + <eos>: about what was generated
+    out_tokens = sum(len(tok.encode_target(h)) + 1 for h in hyps)
     scores_tf = teacher_forced(ckpt.model, tok, pairs, bar=not args.no_progress)
     scores = corpus_scores(hyps, refs)
     how = "greedy" if args.greedy else f"beam {args.beam}, alpha {args.alpha}"

@@ -105,6 +105,7 @@ TOKENIZERS: dict[str, type[Tokenizer]] = {
 LAZY_TOKENIZERS = {
     "spm-bpe": "scratchformer.app.data.bpe",
     "gpt2-bpe": "scratchformer.app.data.gpt2_bpe",
+    "marian-spm": "scratchformer.app.data.marian_spm",
 }
 
 
