@@ -123,16 +123,19 @@ class MarianSPTokenizer(Tokenizer):
         return {
             "type": self.kind,
             "vocab_size": len(self.vocab),
-            "source": base64.b64encode(self.protos[0]).decode("ascii"),
-            "target": base64.b64encode(self.protos[1]).decode("ascii"),
-            "tokens": self.vocab.itos,
+            "model": {
+                "source": base64.b64encode(self.protos[0]).decode("ascii"),
+                "target": base64.b64encode(self.protos[1]).decode("ascii"),
+                "tokens": self.vocab.itos,
+            },
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> MarianSPTokenizer:
         try:
-            protos = [base64.b64decode(d[k], validate=True) for k in ("source", "target")]
-            tokens = d["tokens"]
+            model = d["model"]
+            protos = [base64.b64decode(model[k], validate=True) for k in ("source", "target")]
+            tokens = model["tokens"]
         except (KeyError, ValueError, TypeError) as e:
             raise BPEError(f"malformed {cls.kind} tokenizer entry: {e}") from None
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
