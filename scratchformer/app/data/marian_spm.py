@@ -11,7 +11,8 @@ A sentence is cut into pieces by its side's SentencePiece model (``source.spm`` 
 ``target.spm``); each piece's id is its entry in ``vocab.json`` (the union of both
 models' pieces, ``</s>`` 0, ``<unk>`` 1 and ``<pad>`` last in OPUS-MT's), a piece the
 vocabulary lacks is ``<unk>``. A leading language code (``>>fra<<``, multi-target
-models) is a token of its own. This is what ``transformers``' ``MarianTokenizer`` does
+models) is a token of its own, and so is ``</s>``, ``<unk>`` or ``<pad>`` written in the
+text. This is what ``transformers``' ``MarianTokenizer`` does
 (its ``</s>`` after every sentence is the model's ``source_end_id`` here, and the target
 ``<eos>`` the batch's). Decoding maps ids back to pieces and lets the target model
 join them (``decode_pieces``). Both models and the vocabulary are stored in the
@@ -21,6 +22,7 @@ checkpoint (``to_dict``): the model and its text are one file.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterable
 
 from scratchformer.app.data.bpe import BPEError, _spm
@@ -28,6 +30,9 @@ from scratchformer.app.data.tokenizers import TOKENIZERS, Tokenizer
 from scratchformer.engine.errors import TokenError
 
 EOS, UNK, PAD = "</s>", "<unk>", "<pad>"
+#: the special tokens written in a text: each is that token, the text around it cut
+#: into pieces on its own (as transformers' tokenizers read them)
+SPECIAL_TEXT = re.compile("(" + "|".join(re.escape(t) for t in (EOS, UNK, PAD)) + ")")
 
 
 class MarianVocab:
@@ -100,16 +105,24 @@ class MarianSPTokenizer(Tokenizer):
         end = text.find("<<") if text.startswith(">>") else -1
         return ([text[: end + 2]], text[end + 2 :]) if end != -1 else ([], text)
 
+    @staticmethod
+    def _pieces(sp, text: str) -> list[str]:
+        """``text`` cut by ``sp``, a special token written in it kept whole."""
+        out = []
+        for k, part in enumerate(SPECIAL_TEXT.split(text)):
+            out += [part] if k % 2 else (sp.encode(part, out_type=str) if part else [])
+        return out
+
     def split(self, text: str) -> list[str]:
         code, rest = self._code(text)
-        return code + self.source.encode(rest, out_type=str)
+        return code + self._pieces(self.source, rest)
 
     def encode(self, text: str) -> list[int]:
         """A source sentence's ids (no ``</s>``: see the module doc)."""
         return self.vocab.encode(self.split(text))
 
     def encode_target(self, text: str) -> list[int]:
-        return self.vocab.encode(self.target.encode(text, out_type=str))
+        return self.vocab.encode(self._pieces(self.target, text))
 
     def join(self, tokens: list[str]) -> str:
         return self.target.decode_pieces(list(tokens)).replace("\u2581", " ").strip()
