@@ -321,8 +321,9 @@ def read(folder: HFFolder):
     tok, layout = tokenizer(folder)
     ids = _ids(hf, tok, layout, folder.path)
     V_file = ids["V"] + int(ids["drop_last"])
-    V_src = _int(hf, "vocab_size") if sharing(hf) != "all" else V_file
+    V_src = _int(hf, "vocab_size") if sharing(hf) != "all" else V_file  # the folder's
     tensors = _checked(folder.tensors(), hf_shapes(hf, V_src, V_file), hf, files[0])
+    V_src -= int(ids["drop_last"])  # ours
     share = sharing(hf)
     params = our_parameters(tensors, hf, share, ids["drop_last"])
     np = backend.np
