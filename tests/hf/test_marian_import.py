@@ -149,6 +149,7 @@ def copy_of(folder, tmp_path, **config):
     ({"share_encoder_decoder_embeddings": True, "tie_word_embeddings": False},
      "an output projection of its own"),
     ({"model_type": "t5"}, "bucketed relative position biases"),
+    ({"normalize_embedding": True}, "a LayerNorm on the embeddings"),
 ])
 def test_refusals_one_line(marian, tmp_path, capsys, config, says):
     folder, _, _ = marian

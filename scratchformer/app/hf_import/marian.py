@@ -73,6 +73,10 @@ def refusal(hf: dict) -> str | None:
         (bool(same), f"{same[0] if same else ''}: one value serves both stacks here"),
         (hf.get("normalize_before", False), "LayerNorm before each sub-layer (pre-LN): "
          "Marian's is after"),
+        (hf.get("normalize_embedding", False), "a LayerNorm on the embeddings "
+         "(normalize_embedding = true)"),
+        (not hf.get("static_position_embeddings", True), "learned positions "
+         "(static_position_embeddings = false): Marian's are sinusoids"),
         (hf.get("share_encoder_decoder_embeddings", True)
          and not hf.get("tie_word_embeddings", True),
          "one embedding for source and target but an output projection of its own "
