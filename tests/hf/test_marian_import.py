@@ -157,6 +157,7 @@ def test_refusals_one_line(marian, tmp_path, capsys, config, says):
     with pytest.raises(HFImportError, match="") as e:
         read_folder(bad)
     assert says in str(e.value) and "\n" not in str(e.value)
+    print(f"\n{config}: {e.value}")
     assert main(["import", str(bad), "-o", str(tmp_path / "x.npz")]) == 2
     assert not (tmp_path / "x.npz").exists()
     assert says in capsys.readouterr().err
@@ -170,5 +171,6 @@ def test_a_non_zero_start_row_is_refused(marian, tmp_path):
     t = st.load_file(str(bad / "model.safetensors"))
     t["model.shared.weight"][theirs.config.pad_token_id] = 0.5
     st.save_file(t, str(bad / "model.safetensors"), metadata={"format": "pt"})
-    with pytest.raises(HFImportError, match="the embedding row of <pad>, the decoder's start"):
+    with pytest.raises(HFImportError, match="the embedding row of <pad>, the decoder's start") as e:
         read_folder(bad)
+    print(f"\n<pad> row 0.5: {e.value}")
