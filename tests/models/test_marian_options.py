@@ -57,7 +57,10 @@ def marian_batch(seed=0, start=PAD):
     return B.asarray(src), B.asarray(tgt_in), B.asarray(tgt_out)
 
 
-@pytest.mark.parametrize(("norm", "share"), [("post", "all"), ("pre", "none")])
+# post-LN with every embedding shared (Marian's) runs by default, pre-LN untied with -m slow
+@pytest.mark.parametrize(
+    ("norm", "share"), [("post", "all"), pytest.param("pre", "none", marks=pytest.mark.slow)]
+)
 def test_every_parameter_with_marian_options(norm, share):
     """Every parameter, every option on: SiLU, attention and output biases, the start
     from <pad> (the zero vector), label smoothing, dropout on with its masks replayed."""
