@@ -248,6 +248,14 @@ def marian_tensors(model) -> dict:
     pi = permutation(cfg.d_model)
     t: dict = {}
     rows = _rows(cfg)
+    if cfg.bos_id == cfg.pad_id:  # Marian's start: the padding's row is the zero vector
+        for name in ("embed.E", "src_embed.E"):  # (V, D): read at the start, or masked
+            if name in p:
+                p[name] = p[name].copy()  # the model's own arrays stay as they are
+                p[name][cfg.pad_id] = 0.0
+        if "out_proj.W" in p:  # (D, V): the padding's logit is its bias alone
+            p["out_proj.W"] = p["out_proj.W"].copy()
+            p["out_proj.W"][:, cfg.pad_id] = 0.0
     E = rows(p["embed.E"][:, pi])  # (V, D): target embeddings, and the output when tied
     if cfg.share_embeddings == "all":
         t["model.shared.weight"] = E

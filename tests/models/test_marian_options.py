@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from scratchformer.engine import backend as B
+from scratchformer.engine import device
 from scratchformer.engine.errors import ConfigError
 from scratchformer.engine.gradcheck import check_model
 from scratchformer.engine.models import (
@@ -162,3 +163,25 @@ def test_checkpoint_fields_round_trip_and_refusals():
         for option in ({"output_bias": True}, {"source_end_id": EOS}):
             with pytest.raises(ConfigError, match="is for the encoder-decoder Transformer"):
                 make(TransformerConfig.preset("tiny", vocab_size=V, **option))
+
+
+@pytest.mark.parametrize("share", ["all", "none"])
+def test_the_padding_row_of_a_pad_start_model_is_no_parameter(share):
+    """Starting from <pad> (Marian's zero vector), the model has no row for <pad>: its
+    logit is its bias alone, whatever E[pad] (or W's column) holds, and that row gets
+    exactly zero gradient, so it stays the zero the start reads (and what an exported
+    folder's start reads in transformers)."""
+    with B.precision("float64"):
+        m = marian_like(share_embeddings=share)
+        src, tgt_in, tgt_out = marian_batch(4)
+        b = B.asnumpy(m.parameters()["out_bias.b"])
+        logits = B.asnumpy(m.forward(src, tgt_in)[0])
+        assert np.array_equal(logits[..., PAD], np.full(logits.shape[:2], b[PAD]))
+        m.zero_grad()
+        loss, cache = m.loss_forward(src, tgt_in, tgt_out, rng=device.generator(3))
+        m.loss_backward(cache)
+        g = m.gradients()
+        assert not B.asnumpy(g["embed.E"])[PAD].any()
+        if share == "none":
+            assert not B.asnumpy(g["out_proj.W"])[:, PAD].any()
+        assert B.asnumpy(g["out_bias.b"])[PAD] != 0

@@ -144,14 +144,24 @@ class Transformer(Module):
             mask[..., 0] = True
         return mask
 
+    @property
+    def _pad_start(self) -> bool:
+        """Whether the decoder starts from its padding token (``bos_id == pad_id``,
+        Marian's start, with ``zero_start``)."""
+        return self.config.bos_id == self.config.pad_id
+
     def _output(self, h):
         """h (B, T, D)  ->  logits (B, T, V) and the cache: ``h E^T`` (the embedding, tied,
         unscaled) or ``h W`` (the output projection's own), one product over B*T rows;
-        with ``output_bias``, ``+ b`` in place (the logits are fresh)."""
-        out = self.embed.project(h) if self.out_proj is None else self.out_proj.forward(h)
+        with ``output_bias``, ``+ b`` in place (the logits are fresh). A model that starts
+        from its padding token has no row for it (Marian's start is the zero vector): the
+        padding's logit is 0 (+ its bias), whatever that row of E or W holds."""
+        out, cache = self.embed.project(h) if self.out_proj is None else self.out_proj.forward(h)
+        if self._pad_start:
+            out[..., self.config.pad_id] = 0
         if self.out_bias is not None:
-            out = (self.out_bias.forward(out[0]), out[1])
-        return out
+            out = self.out_bias.forward(out)
+        return out, cache
 
     def _start(self, y, position: int) -> None:
         """With ``zero_start``, the decoder's first position reads the zero vector: ``y``
@@ -166,6 +176,9 @@ class Transformer(Module):
         check_cache(self, cache, TransformerCache, "Transformer")
         if self.out_bias is not None:
             dlogits = self.out_bias.backward(dlogits)
+        if self._pad_start:  # the padding's logit read neither h nor E (_output)
+            dlogits = dlogits.copy()
+            dlogits[..., self.config.pad_id] = 0
         if self.out_proj is None:
             dh = self.embed.project_backward(dlogits, cache.output)
         else:
