@@ -155,7 +155,7 @@ def test_exported_transformers_greedy_identical_on_the_test_sentences(setup, fin
         got = [int(i) for i in greedy_decode(ours, np.array([ids]), options)[0]]
         with torch.no_grad():
             out = theirs.generate(torch.tensor([ids]), do_sample=False, num_beams=1,
-                                  max_new_tokens=21, bad_words_ids=[[cfg.pad_id]])[0, 1:].tolist()
+                                  max_length=22, bad_words_ids=[[cfg.pad_id]])[0, 1:].tolist()
         want = out[:-1] if out and out[-1] == cfg.eos_id else out
         assert got == want, s
         right += tok.decode(got) == " ".join(reversed(s.split()))

@@ -138,7 +138,7 @@ def hf_generate(m64, src_row, V, **kw):
 def test_greedy_translation_identical_on_50_sentences_float64(pair):
     """Our greedy search (<pad> never produced, at most 20 tokens then </s> forced) and
     transformers' generate with the same rules (bad_words_ids, forced_eos_token_id at
-    max_new_tokens 21)."""
+    max_length 22, the start counted)."""
     theirs, ours, _, _ = pair
     V = ours.config.vocab_size
     m64 = copy.deepcopy(theirs).double().eval()
@@ -147,7 +147,7 @@ def test_greedy_translation_identical_on_50_sentences_float64(pair):
     outputs = []
     for k, row in enumerate(sources(V)):
         got = [int(i) for i in greedy_decode(mine, np.array([row]), options)[0]]
-        want = hf_generate(m64, row, V, num_beams=1, max_new_tokens=21)
+        want = hf_generate(m64, row, V, num_beams=1, max_length=22)
         outputs.append(tuple(want))
         assert got == want, (k, row)
     lengths = [len(o) for o in outputs]
@@ -171,7 +171,7 @@ def test_beam_4_at_alpha_0(pair):
     for row in rows:
         got = [int(i) for i in beam_search(mine, np.array([row]), options)[0][0].tokens]
         want = hf_generate(m64, row, V, num_beams=4, length_penalty=0.0, early_stopping=True,
-                           max_new_tokens=21)
+                           max_length=22)
         same += got == want
     print(f"\nbeam 4, alpha 0, float64: {same} of {len(rows)} identical")
     assert same >= len(rows) - 2

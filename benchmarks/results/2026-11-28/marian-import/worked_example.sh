@@ -56,6 +56,6 @@ from transformers import AutoTokenizer, MarianMTModel
 tok = AutoTokenizer.from_pretrained("exported")
 model = MarianMTModel.from_pretrained("exported")
 batch = tok(["ka to ri", "men sa lo ver"], return_tensors="pt", padding=True)
-out = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=21)
+out = model.generate(**batch, num_beams=1, do_sample=False, max_length=22)
 print(type(tok).__name__, tok.batch_decode(out, skip_special_tokens=True))
 PY
