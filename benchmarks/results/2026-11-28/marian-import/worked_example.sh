@@ -24,7 +24,8 @@ sf import tiny-marian -o tiny-marian.npz
 printf 'ka to ri\nmen sa lo ver\n' > src.txt
 sf translate --checkpoint tiny-marian.npz --input src.txt --greedy
 sf plot attention tiny-marian.npz "ka to ri über café" -o plots
-sf gradcheck --checkpoint tiny-marian.npz --directions 2 --no-progress | tail -n 6
+echo; echo "\$ scratchformer gradcheck --checkpoint tiny-marian.npz --directions 2 --no-progress | tail -n 6"
+$PY -m scratchformer gradcheck --checkpoint tiny-marian.npz --directions 2 --no-progress | tail -n 6
 
 echo; echo "\$ python -c '...'   # mine.tsv: 500 pairs, a few made-up words -> the same reversed"
 $PY - <<'PY'
@@ -46,7 +47,8 @@ sf train --task translate --init-from tiny-marian.npz --data-dir data --run-dir 
 sf translate --checkpoint ft/checkpoints/final.npz --input src.txt --greedy
 sf evaluate --checkpoint ft/checkpoints/final.npz --data-dir data --greedy --no-progress
 sf average ft/checkpoints --last 3 -o ft-avg.npz
-sf gradcheck --checkpoint ft/checkpoints/final.npz --directions 1 --no-progress | tail -n 4
+echo; echo "\$ scratchformer gradcheck --checkpoint ft/checkpoints/final.npz --directions 1 --no-progress | tail -n 4"
+$PY -m scratchformer gradcheck --checkpoint ft/checkpoints/final.npz --directions 1 --no-progress | tail -n 4
 sf export ft/checkpoints/final.npz -o exported
 ls exported
 
