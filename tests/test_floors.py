@@ -18,7 +18,8 @@ imports nothing of the application or the exercises.
         writer                         names and files still read, the one writer
      9  data                           vocabularies, tokenizers, batching, data sets
     10  checkpoint*, translate, bleu,  checkpoints; text in, text out; BLEU; plots;
-        viz, export, hf_import         the transformers export and import
+        viz, export(_tokenizer),       the transformers export and import
+        hf_import
     11  train, distributed             the one run loop and its tasks; data parallelism
     12  exercises                      graded and trained through the loop
     13  commands, cli, __main__        the command line
@@ -55,7 +56,7 @@ APP = [
     {"app", "app.errors", "app.progress", "app.compat", "app.writer"},
     {"app.data"},
     {"app.checkpoint", "app.checkpoint_read", "app.checkpoint_fields", "app.translate",
-     "app.bleu", "app.viz", "app.export", "app.hf_import"},
+     "app.bleu", "app.viz", "app.export", "app.export_tokenizer", "app.hf_import"},
     {"app.train", "app.distributed"},
     {"exercises"},
     {"app.commands", "app.cli", "__main__"},

@@ -142,7 +142,10 @@ def task_of(meta: dict):
 
 #: model config fields added since the first checkpoints -> the value every checkpoint
 #: written before them has (so that it reads as the model it was, whatever the default)
-ADDED_MODEL_FIELDS = {"attention_bias": False, "scale_embedding": True, "zero_start": False}
+ADDED_MODEL_FIELDS = {
+    "attention_bias": False, "scale_embedding": True, "zero_start": False,
+    "output_bias": False, "source_end_id": None,
+}
 
 
 def model_config(config: dict) -> dict:

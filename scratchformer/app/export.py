@@ -29,8 +29,10 @@ columns permuted with it, so each layer computes the same numbers in permuted or
 
 The only differences are float32 rounding (sums taken in another order). PyTorch's
 ``Linear`` stores ``(out, in)``, ours ``(in, out)``: every matrix is also transposed.
-Marian's attention projections have biases; ours have none, so they are written as
-zeros (so is ``final_logits_bias``).
+Marian's attention projections have biases: a model with ``attention_bias`` writes its
+own (``b_o`` permuted with the stream, ``b_q b_k b_v`` as they are: the heads), one
+without writes zeros; ``final_logits_bias`` is the ``output_bias`` (else zeros). SiLU is
+``swish``; unscaled embeddings are ``scale_embedding = false``.
 
 **The special tokens.** Our sources carry no <bos> or <eos>, and decoding starts from
 <bos> (id 1); Marian's tokenizer appends ``</s>`` to every source and its decoding starts
@@ -42,6 +44,13 @@ are never produced (``suppress_tokens``), <eos> not before the first token
 used up (``forced_eos_token_id``, ``max_length``). Greedy is the default
 (``num_beams=1``): beam search in ``transformers`` ranks by ``log P / |Y|^alpha``, ours
 by the GNMT penalty ``((5 + |Y|) / 6)^alpha``, which no ``generate`` option expresses.
+
+**A model imported from Marian** (its tokenizer Marian's two SentencePiece models, its
+decoder started from ``<pad>``) is written back in OPUS-MT's layout: ``source.spm``,
+``target.spm``, ``vocab.json`` and a ``tokenizer_config.json`` naming
+``MarianTokenizer`` (which appends the source's ``</s>``, our ``source_end_id``) in
+place of ``tokenizer.json`` and ``tokenizer.model``; ``decoder_start_token_id`` and
+``pad_token_id`` its ``<pad>``, no extra entry (``MARIAN_FILES``).
 
 **The tokenizer.** ``tokenizer.json`` is our SentencePiece BPE written for the
 ``tokenizers`` library: the same pieces and ids, its merges (every pair of pieces whose
@@ -64,16 +73,28 @@ through a loader of five lines (docs/export.md).
 Refused in one line, with the reason: models other than the encoder-decoder
 Transformer (the language model, the classifier), pre-LN, learned positions, relative
 or local attention, head widths other than ``d_model / h``, a LayerNorm epsilon other
-than 1e-5, tokenizers other than the SentencePiece BPE.
+than 1e-5, tokenizers other than the SentencePiece BPE and Marian's, an id appended to
+every source that the tokenizer written would not append.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from scratchformer.app import writer
 from scratchformer.app.checkpoint import load_with_tokenizer
+from scratchformer.app.export_tokenizer import (
+    PADDING_NAME,
+    START_TOKEN,
+    _json,
+    bpe_merges,
+    extra_entry,
+    marian_tokenizer_config,
+    pad_token_id,
+    tokenizer_config,
+    tokenizer_files,
+    tokenizer_json,
+)
 from scratchformer.engine import backend
 from scratchformer.engine.errors import ScratchformerError
 from scratchformer.engine.models.transformer import Transformer
@@ -87,11 +108,22 @@ FILES = (
     "tokenizer_config.json",
     "tokenizer.model",
 )
-#: ``transformers``' names of our activations (ours: ReLU, GELU's tanh form)
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu_new"}
-#: the extra last entry of a zero-start model's folder (see the module doc): its name,
-#: the name our padding id takes there, and its bias (probability exactly 0 in float32)
-START_TOKEN, PADDING_NAME, NEVER = "<pad>", "<padding>", -1e9
+#: ``transformers``' names of our activations (ours: ReLU, GELU's tanh form, SiLU)
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu_new", "silu": "swish"}
+#: the tokenizer files of a model with Marian's own tokenizer (OPUS-MT's layout), in the
+#: order they are written, instead of ``tokenizer.json`` and ``tokenizer.model``
+MARIAN_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "source.spm",
+    "target.spm",
+    "vocab.json",
+    "tokenizer_config.json",
+)
+#: the bias of a zero-start model's extra last entry (see the module doc): its
+#: probability exactly 0 in float32
+NEVER = -1e9
 #: Marian's LayerNorm: torch.nn.LayerNorm's default epsilon, fixed
 MARIAN_LN_EPS = 1e-5
 
@@ -143,14 +175,21 @@ def refusal(model, tokenizer) -> str | None:
         return f"LayerNorm epsilon {cfg.ln_eps:g}: Marian's is fixed at {MARIAN_LN_EPS:g}"
     if cfg.activation not in ACTIVATIONS:
         return f"the {cfg.activation} activation has no transformers name"
-    if cfg.attention_bias:
-        return "biases on the attention projections: the export writes zero biases"
-    if not cfg.scale_embedding:
-        return "unscaled embeddings: the export writes Marian's sqrt(d_model) scaling"
-    if getattr(tokenizer, "kind", None) != "spm-bpe":
+    kind = getattr(tokenizer, "kind", None)
+    if kind not in ("spm-bpe", "marian-spm"):
         return (
-            f"a {getattr(tokenizer, 'kind', type(tokenizer).__name__)} tokenizer: export "
-            "writes SentencePiece BPE tokenizers (the translation task's)"
+            f"a {kind or type(tokenizer).__name__} tokenizer: export writes SentencePiece BPE "
+            "tokenizers (the translation task's) and Marian's"
+        )
+    if kind == "spm-bpe" and cfg.source_end_id is not None:
+        return (
+            "an id appended to every source (source_end_id) with our BPE tokenizer: the "
+            "tokenizer.json written adds nothing to a sentence"
+        )
+    if kind == "marian-spm" and cfg.source_end_id != cfg.eos_id:
+        return (
+            f"source_end_id {cfg.source_end_id} with Marian's tokenizer, which appends </s> "
+            f"(id {cfg.eos_id}) to every source"
         )
     return None
 
@@ -163,14 +202,20 @@ def permutation(d_model: int):
 
 
 def _attention(p: dict, pre: str, out: str, pi, tensors: dict) -> None:
+    """One attention's projections; its biases, or zeros for a model without them."""
     np = backend.np
-    for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj")):
-        W = p[f"{pre}.{ours}"]  # (D, H*Dh): reads the stream
+
+    def bias(name, n):
+        b = p.get(f"{pre}.{name}")
+        return np.zeros(n, np.float32) if b is None else b
+
+    for c, theirs in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj")):
+        W = p[f"{pre}.W_{c}"]  # (D, H*Dh): reads the stream
         tensors[f"{out}.{theirs}.weight"] = W[pi, :].T
-        tensors[f"{out}.{theirs}.bias"] = np.zeros(W.shape[1], np.float32)
+        tensors[f"{out}.{theirs}.bias"] = bias(f"b_{c}", W.shape[1])  # heads: not the stream
     W_o = p[f"{pre}.W_o"]  # (H*Dv, D): writes the stream
     tensors[f"{out}.out_proj.weight"] = W_o[:, pi].T
-    tensors[f"{out}.out_proj.bias"] = np.zeros(W_o.shape[1], np.float32)
+    tensors[f"{out}.out_proj.bias"] = bias("b_o", W_o.shape[1])[pi]
 
 
 def _norm(p: dict, pre: str, out: str, pi, tensors: dict) -> None:
@@ -189,7 +234,7 @@ def _rows(cfg):
     """What a vocabulary matrix (V, D) becomes in the folder: itself, or for a zero-start
     model with the extra last row, zero (the module doc)."""
     np = backend.np
-    if not cfg.zero_start:
+    if not extra_entry(cfg):
         return lambda M: M
     return lambda M: np.concatenate([M, np.zeros((1, M.shape[1]), M.dtype)])
 
@@ -203,6 +248,14 @@ def marian_tensors(model) -> dict:
     pi = permutation(cfg.d_model)
     t: dict = {}
     rows = _rows(cfg)
+    if cfg.bos_id == cfg.pad_id:  # Marian's start: the padding's row is the zero vector
+        for name in ("embed.E", "src_embed.E"):  # (V, D): read at the start, or masked
+            if name in p:
+                p[name] = p[name].copy()  # the model's own arrays stay as they are
+                p[name][cfg.pad_id] = 0.0
+        if "out_proj.W" in p:  # (D, V): the padding's logit is its bias alone
+            p["out_proj.W"] = p["out_proj.W"].copy()
+            p["out_proj.W"][:, cfg.pad_id] = 0.0
     E = rows(p["embed.E"][:, pi])  # (V, D): target embeddings, and the output when tied
     if cfg.share_embeddings == "all":
         t["model.shared.weight"] = E
@@ -212,7 +265,9 @@ def marian_tensors(model) -> dict:
     # lm_head: E itself when tied (written too: a reader that does not tie still gets it)
     t["lm_head.weight"] = E if cfg.share_embeddings != "none" else rows(p["out_proj.W"][pi, :].T)
     bias = np.zeros((1, E.shape[0]), np.float32)
-    if cfg.zero_start:
+    if cfg.output_bias:
+        bias[0, : cfg.vocab_size] = p["out_bias.b"]
+    if extra_entry(cfg):
         bias[0, -1] = NEVER
     t["final_logits_bias"] = bias
     for i in range(cfg.N):
@@ -234,17 +289,13 @@ def marian_tensors(model) -> dict:
 
 def start_id(cfg) -> int:
     """The decoder's start in the folder: the zero start's extra last entry, or <bos>."""
-    return cfg.vocab_size if cfg.zero_start else cfg.bos_id
-
-
-def pad_token_id(cfg) -> int:
-    """transformers' padding id in the folder: the zero start's extra entry, or ours."""
-    return cfg.vocab_size if cfg.zero_start else cfg.pad_id
+    return cfg.vocab_size if extra_entry(cfg) else cfg.bos_id
 
 
 def marian_config(cfg) -> dict:
-    """``config.json``: the architecture, our special ids, no source <eos>."""
-    extra = int(cfg.zero_start)  # the zero start's extra last entry
+    """``config.json``: the architecture, our special ids (the source's </s> is the
+    tokenizer's: Marian's appends it, ours nothing)."""
+    extra = int(extra_entry(cfg))  # the zero start's extra last entry
     return {
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
@@ -259,14 +310,14 @@ def marian_config(cfg) -> dict:
         "decoder_ffn_dim": cfg.d_ff,
         "activation_function": ACTIVATIONS[cfg.activation],
         "max_position_embeddings": cfg.max_len,
-        "scale_embedding": True,
+        "scale_embedding": cfg.scale_embedding,
         "share_encoder_decoder_embeddings": cfg.share_embeddings == "all",
         "tie_word_embeddings": cfg.share_embeddings != "none",
         "dropout": cfg.P_drop,
         "attention_dropout": cfg.P_drop_attn,
         "activation_dropout": cfg.P_drop_ffn,
         "pad_token_id": pad_token_id(cfg),
-        "bos_token_id": cfg.bos_id,
+        "bos_token_id": None if cfg.bos_id == cfg.pad_id else cfg.bos_id,
         "eos_token_id": cfg.eos_id,
         "decoder_start_token_id": start_id(cfg),
         "forced_eos_token_id": cfg.eos_id,
@@ -278,10 +329,11 @@ def marian_config(cfg) -> dict:
 def generation_config(cfg) -> dict:
     """``generation_config.json``: greedy search under our token rules (module doc).
     ``max_length`` counts the start token: <bos> + ``max_len - 1`` tokens + <eos>."""
-    never = [cfg.pad_id, cfg.bos_id] + ([cfg.vocab_size] if cfg.zero_start else [])
+    never = list(dict.fromkeys(
+        [cfg.pad_id, cfg.bos_id] + ([cfg.vocab_size] if extra_entry(cfg) else [])))
     return {
         "decoder_start_token_id": start_id(cfg),
-        "bos_token_id": cfg.bos_id,
+        "bos_token_id": None if cfg.bos_id == cfg.pad_id else cfg.bos_id,
         "eos_token_id": cfg.eos_id,
         "pad_token_id": pad_token_id(cfg),
         "forced_eos_token_id": cfg.eos_id,
@@ -291,118 +343,6 @@ def generation_config(cfg) -> dict:
         "num_beams": 1,
         "do_sample": False,
     }
-
-
-def bpe_merges(sp) -> list:
-    """The merges of a SentencePiece BPE model for the ``tokenizers`` library: every pair
-    of pieces ``(a, b)`` whose concatenation is a piece, ranked by the merged piece's
-    score, as SentencePiece merges the best-scoring adjacent pair first."""
-    normal = {}
-    for i in range(sp.get_piece_size()):
-        if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i)):
-            normal[sp.id_to_piece(i)] = i
-    merges = []
-    for piece, i in normal.items():
-        for k in range(1, len(piece)):
-            a, b = piece[:k], piece[k:]
-            if a in normal and b in normal:
-                merges.append((-sp.get_score(i), i, normal[a], normal[b], a, b))
-    merges.sort()
-    return [[a, b] for *_, a, b in merges]
-
-
-def _names(tokenizer, cfg=None) -> list:
-    """The folder's name of every id: the SentencePiece pieces, and for a zero-start model
-    our padding id renamed and the extra last entry (the module doc)."""
-    sp = tokenizer.sp
-    names = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-    if cfg is not None and cfg.zero_start:
-        names[cfg.pad_id] = PADDING_NAME
-        names.append(START_TOKEN)
-    return names
-
-
-def tokenizer_json(tokenizer, cfg=None) -> dict:
-    """``tokenizer.json``: our SentencePiece BPE for the ``tokenizers`` library, adding no
-    special token to a sentence (the module doc); ``cfg``: the model, whose ``zero_start``
-    adds the extra last entry."""
-    sp = tokenizer.sp
-    n = sp.get_piece_size()
-    names = _names(tokenizer, cfg)
-    specials = [i for i in range(n) if sp.is_control(i) or sp.is_unknown(i)]
-    specials += list(range(n, len(names)))  # the extra entry, beyond the pieces
-    meta = "\u2581"
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": [
-            {
-                "id": i,
-                "content": names[i],
-                "single_word": False,
-                "lstrip": False,
-                "rstrip": False,
-                "normalized": False,
-                "special": True,
-            }
-            for i in specials
-        ],
-        # SentencePiece's remove_extra_whitespaces: spaces (only ' ') trimmed, runs as one
-        "normalizer": {
-            "type": "Sequence",
-            "normalizers": [
-                {"type": "Replace", "pattern": {"Regex": "^ +| +$"}, "content": ""},
-                {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
-            ],
-        },
-        "pre_tokenizer": {
-            "type": "Metaspace",
-            "replacement": meta,
-            "prepend_scheme": "always",
-            "split": False,
-        },
-        "post_processor": None,
-        "decoder": {
-            "type": "Sequence",
-            "decoders": [
-                {"type": "Replace", "pattern": {"String": meta}, "content": " "},
-                {"type": "ByteFallback"},
-                {"type": "Fuse"},
-                {"type": "Strip", "content": " ", "start": 1, "stop": 0},
-            ],
-        },
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": sp.id_to_piece(sp.unk_id()),
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": True,
-            "byte_fallback": True,
-            "ignore_merges": False,
-            "vocab": {names[i]: i for i in range(n)},
-            "merges": bpe_merges(sp),
-        },
-    }
-
-
-def tokenizer_config(cfg, tokenizer) -> dict:
-    """``tokenizer_config.json``: the generic fast tokenizer over ``tokenizer.json``."""
-    sp = tokenizer.sp
-    return {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "model_max_length": cfg.max_len,
-        "pad_token": _names(tokenizer, cfg)[pad_token_id(cfg)],
-        "bos_token": sp.id_to_piece(cfg.bos_id),
-        "eos_token": sp.id_to_piece(cfg.eos_id),
-        "unk_token": sp.id_to_piece(sp.unk_id()),
-        "clean_up_tokenization_spaces": False,
-    }
-
-
-def _json(value) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
 
 
 def export_marian(checkpoint, out, overwrite: bool = False, echo=None) -> list:
@@ -425,8 +365,9 @@ def export_marian(checkpoint, out, overwrite: bool = False, echo=None) -> list:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ExportError(f"-o {out} is a file: export writes a folder")
-    paths = {name: out / name for name in FILES}
-    binary = {"model.safetensors", "tokenizer.model"}
+    names = MARIAN_FILES if tokenizer.kind == "marian-spm" else FILES
+    paths = {name: out / name for name in names}
+    binary = {"model.safetensors", "tokenizer.model", "source.spm", "target.spm"}
     files = writer.FileSet(
         paths,
         owner=out,
@@ -442,19 +383,23 @@ def export_marian(checkpoint, out, overwrite: bool = False, echo=None) -> list:
         "config.json": _json(marian_config(cfg)),
         "generation_config.json": _json(generation_config(cfg)),
         "model.safetensors": save(marian_tensors(ckpt.model), metadata={"format": "pt"}),
-        "tokenizer.json": _json(tokenizer_json(tokenizer, cfg)),
-        "tokenizer_config.json": _json(tokenizer_config(cfg, tokenizer)),
-        "tokenizer.model": tokenizer.proto,
+        **tokenizer_files(cfg, tokenizer),
     }
     with files as f:
-        for name, data in contents.items():
-            f[name].write(data)
-    return [paths[n] for n in FILES]
+        for name in names:
+            f[name].write(contents[name])
+    return [paths[n] for n in names]
 
 
 __all__ = [
+    "PADDING_NAME",
+    "START_TOKEN",
     "ExportError",
     "FILES",
+    "MARIAN_FILES",
+    "extra_entry",
+    "marian_tokenizer_config",
+    "tokenizer_files",
     "bpe_merges",
     "export_marian",
     "generation_config",

@@ -140,6 +140,7 @@ class SourceCheck:
     def __init__(self, model, tokenizer, name: str):
         self.tokenizer, self.name = tokenizer, name
         self.limit = model.config.max_len
+        self.end = int(model.config.source_end_id is not None)  # the id appended
         self.unknown = UnknownTokens(tokenizer, name)
 
     def __call__(self, numbered: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
@@ -147,8 +148,8 @@ class SourceCheck:
         unk = self.tokenizer.vocab.unk_id
         for lineno, text in numbered:
             ids = self.tokenizer.encode(text)
-            if len(ids) > self.limit:
-                raise _too_long(f"{self.name}: line {lineno}", len(ids), self.limit)
+            if len(ids) + self.end > self.limit:
+                raise _too_long(f"{self.name}: line {lineno}", len(ids) + self.end, self.limit)
             if unk in ids:
                 self.unknown.note(text, lineno)
             yield lineno, text
@@ -190,7 +191,9 @@ def translate_nbest(
     one, whose score and log-probability are not computed: NaN). ``progress``: called
     with the number of sentences of each batch once it is decoded."""
     options = options_of(options, TRANSLATE, settings)
-    encoded = _encode_all(model, tokenizer, sentences, options.source_end)
+    end = options.source_end
+    end = model.config.source_end_id if end is None else end  # Marian's </s>, if any
+    encoded = _encode_all(model, tokenizer, sentences, end)
     writes = writing_tokens(tokenizer, model.config.vocab_size) if options.min_len else None
     out: list[list[Translation]] = [[] for _ in encoded]
     for idx in _batches(encoded, batch_size):

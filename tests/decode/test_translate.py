@@ -240,3 +240,22 @@ def test_the_loop_hint_counts_and_advises():
     assert "undertrained" in hint and "--steps" in hint
     # an unfamiliar input loops too: the note names both causes, and blames neither alone
     assert "input unlike its training data" in hint and "mark of an undertrained" not in hint
+
+
+def test_the_model_s_source_end_is_appended_where_sources_enter(model_and_tokenizer):
+    """A model with ``source_end_id`` (Marian's </s>) translates as the same weights
+    without it told ``source_end`` by the options: translate appends the id itself;
+    an option given still wins."""
+    from scratchformer.engine.models import Transformer, TransformerConfig  # noqa: PLC0415
+
+    m, tok = model_and_tokenizer
+    eos = m.config.eos_id
+    with_end = Transformer(TransformerConfig.from_dict({**m.config.to_dict(),
+                                                        "source_end_id": eos}))
+    with_end.load_state_dict(m.state_dict())
+    told = translate(m, tok, SENTENCES, beam_size=3, max_len_b=5, source_end=eos)
+    assert translate(with_end, tok, SENTENCES, beam_size=3, max_len_b=5) == told
+    plain = translate(m, tok, SENTENCES, beam_size=3, max_len_b=5)
+    assert told != plain  # the id appended changes what the model reads
+    assert translate(with_end, tok, SENTENCES, beam_size=3, max_len_b=5, source_end=3) == (
+        translate(m, tok, SENTENCES, beam_size=3, max_len_b=5, source_end=3))

@@ -195,7 +195,7 @@ def test_addnorm(norm_first):
 
 
 # -- feed-forward ----------------------------------------------------------------------
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "silu"])
 def test_positionwise_feed_forward(activation):
     """FFN: act(x W_1 + b_1) W_2 + b_2 with activation dropout replayed."""
     m = unit_scale(PositionwiseFeedForward(D, F, activation, P_drop_ffn=0.2))

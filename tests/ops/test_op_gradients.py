@@ -34,6 +34,8 @@ from scratchformer.engine.ops import (
     log_softmax_forward,
     positional_backward,
     positional_forward,
+    silu_backward,
+    silu_forward,
     sinusoidal_table,
 )
 from scratchformer.engine.ops.attention import (
@@ -166,6 +168,11 @@ def test_relu_away_from_zero(impl):
 def test_gelu():
     """The tanh-form GELU derivative, over negative, small and large inputs."""
     assert_passed(check_op(gelu_forward, gelu_backward, randn(0, 3, 4, 5) * 2.0), "x")
+
+
+def test_silu():
+    """SiLU's derivative s (1 + x (1 - s)), over negative, small and large inputs."""
+    assert_passed(check_op(silu_forward, silu_backward, randn(0, 3, 4, 5) * 3.0), "x")
 
 
 # -- softmax ------------------------------------------------------------------------------

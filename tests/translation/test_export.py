@@ -54,8 +54,7 @@ def config(bpe, **kw):
         ({"attention": "local", "encoder_attention": "dense"}, "local attention (attention)"),
         ({"d_k": 2}, "heads of width d_k=2, d_v=4"),
         ({"ln_eps": 1e-6}, "LayerNorm epsilon 1e-06: Marian's is fixed at 1e-05"),
-        ({"attention_bias": True}, "biases on the attention projections"),
-        ({"scale_embedding": False}, "unscaled embeddings"),
+        ({"source_end_id": 2}, "an id appended to every source (source_end_id)"),
     ],
 )
 def test_configurations_without_an_exact_mapping_are_refused_with_the_reason(bpe, kw, reason):

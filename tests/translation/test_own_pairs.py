@@ -155,3 +155,17 @@ def test_the_pairs_left_out_and_the_model_s_positions_are_two_names(tmp_path):
     model = next(line for line in lines if line.startswith("chosen from the data: model "))
     assert re.search(r", model\.max_len=\d+ positions \(", model), model
     assert " max_len=" not in model.replace("model.max_len=", "")
+
+
+def test_a_checkpoint_s_source_end_is_appended_to_every_source(data_dir, bpe):
+    """Pairs read with a checkpoint's tokenizer and its model's ``source_end_id``
+    (Marian's </s>): every source ends with that id, the targets are as they were, and
+    the length limit counts it."""
+    from scratchformer.app.data.pairs import translation_pairs  # noqa: PLC0415
+
+    plain = translation_pairs(data_dir, vocab_size=0, max_len=64, tokenizer=bpe)
+    ended = translation_pairs(data_dir, vocab_size=0, max_len=64, tokenizer=bpe, source_end=2)
+    for split in ("train", "valid", "test"):
+        a, b = plain.encoded(split), ended.encoded(split)
+        assert [s + [2] for s, _ in a] == [s for s, _ in b]
+        assert [t for _, t in a] == [t for _, t in b]

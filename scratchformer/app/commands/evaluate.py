@@ -84,7 +84,9 @@ def teacher_forced(model, tok, pairs, max_tokens: int = 4096, bar: bool = True) 
     Pairs with a side longer than the model's positions are left out: ``ppl_sentences``
     says how many were scored. ``bar``: a progress bar (on a terminal), else lines."""
     limit = model.config.max_len - 1  # room for <bos>/<eos>
-    enc = [(tok.encode(s), tok.encode(t)) for s, t in pairs]
+    end = model.config.source_end_id  # Marian's </s> after every source, if any
+    end = [] if end is None else [end]
+    enc = [(tok.encode(s) + end, tok.encode_target(t)) for s, t in pairs]
     enc = [(s, t) for s, t in enc if 0 < len(s) <= limit and len(t) <= limit]
     if not enc:
         return {}
@@ -124,7 +126,8 @@ def run(args) -> int:
     t0 = time.perf_counter()
     hyps, warning = _decode_split(args, ckpt.model, tok, pairs, str(path), target)
     dt = time.perf_counter() - t0
-    out_tokens = sum(len(tok.encode(h)) + 1 for h in hyps)  # re-encoded, + <eos>: ~ generated
+    # re-encoded, + <eos>: about what was generated
+    out_tokens = sum(len(tok.encode_target(h)) + 1 for h in hyps)
     scores_tf = teacher_forced(ckpt.model, tok, pairs, bar=not args.no_progress)
     scores = corpus_scores(hyps, refs)
     how = "greedy" if args.greedy else f"beam {args.beam}, alpha {args.alpha}"

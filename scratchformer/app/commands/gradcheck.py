@@ -95,7 +95,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--positions", default="sinusoidal", choices=["sinusoidal", "learned"])
     p.add_argument("--share-embeddings", default="all", choices=["all", "decoder", "none"])
-    p.add_argument("--activation", default="relu", choices=["relu", "gelu"])
+    p.add_argument("--activation", default="relu", choices=["relu", "gelu", "silu"])
     p.add_argument("--layers", type=COUNT, default=None, help="N (default: the preset's)")
     p.add_argument("--vocab", type=integer(lo=4), default=23, help="vocabulary size")
     p.add_argument("--dropout", type=PROBABILITY, default=0.1, help="P_drop (masks are replayed)")

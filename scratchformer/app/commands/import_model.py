@@ -1,16 +1,21 @@
 """scratchformer import: a Hugging Face model folder as one of our checkpoints.
 
 scratchformer import path/to/gpt2 -o gpt2.npz
+scratchformer import path/to/opus-mt-en-de -o opus.npz
 
 Reads the folder's config.json, model.safetensors (its tensors through safetensors'
-NumPy API: never a pickle) and its tokenizer files (vocab.json and merges.txt, or
-tokenizer.json), and writes one checkpoint with the tokenizer inside: generate, plot
-attention, average, gradcheck --checkpoint and train --init-from take it. GPT-2
-(GPT2LMHeadModel) imports; another architecture, or an option the models here lack
-(rotary or ALiBi positions, cross-attention, ...), is refused naming what is missing. A
-folder with only pytorch_model.bin is refused with the command that converts it. Needs
-the gpt2 extra (pip install -e '.[gpt2]': tokenizers and safetensors); nothing is
-downloaded. The mapping of every tensor: docs/import.md.
+NumPy API: never a pickle) and its tokenizer files, and writes one checkpoint with the
+tokenizer inside. GPT-2 (GPT2LMHeadModel; vocab.json and merges.txt, or tokenizer.json)
+comes in as our language model: generate, plot attention, average, gradcheck
+--checkpoint and train --init-from take it. Marian (MarianMTModel, OPUS-MT's layout:
+source.spm, target.spm and vocab.json; or a folder our export wrote) comes in as our
+encoder-decoder: translate, evaluate, average, plot attention, gradcheck --checkpoint,
+train --init-from and export take it. Another architecture, or an option the models here
+lack (rotary or ALiBi positions, the exact GELU, ...), is refused naming what is
+missing. A folder with only pytorch_model.bin is refused with the command that converts
+it. Needs the gpt2 extra (pip install -e '.[gpt2]': tokenizers and safetensors), and for
+Marian sentencepiece (the bpe extra); nothing is downloaded. The mapping of every
+tensor: docs/import.md.
 
 The output is checked before anything is read: an .npz, never a file of the folder read,
 never in the folder of a run, of its checkpoints, of a data set or of the exercises, not
@@ -35,7 +40,7 @@ ROLE = "import -o"
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "import",
-        help="import a Hugging Face model folder (GPT-2) as a checkpoint",
+        help="import a Hugging Face model folder (GPT-2, Marian) as a checkpoint",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

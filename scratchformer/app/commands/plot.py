@@ -215,8 +215,10 @@ def run_attention(args) -> int:
     src_ids = tok.encode(args.source)
     if not src_ids:
         raise PlotError("the source sentence is empty after tokenization")
+    if cfg.source_end_id is not None:  # Marian's </s> after every source
+        src_ids = [*src_ids, cfg.source_end_id]
     if args.target is not None:
-        tgt_ids, how = tok.encode(args.target), "teacher-forced --target"
+        tgt_ids, how = tok.encode_target(args.target), "teacher-forced --target"
     else:
         tgt_ids = _greedy(model, src_ids)
         how = "the model's greedy output"

@@ -67,13 +67,17 @@ class Pairs:
     dropped: int = 0  # training pairs left out for being longer than max_len
     dropped_held_out: dict = field(default_factory=dict)  # {"valid"/"test": pairs left out}
     chosen: str = ""  # how the vocabulary's size was chosen from the data ("": it was given)
+    source_end: int | None = None  # an id appended to every source (Marian's </s>), or None
     _encoded: dict = field(default_factory=dict, repr=False)
 
     def encoded(self, split: str) -> list:
-        """``[(source ids, target ids)]`` of a split, without specials (computed once)."""
+        """``[(source ids, target ids)]`` of a split, without specials but ``source_end``
+        (computed once)."""
         if split not in self._encoded:
-            tok = self.tokenizer
-            self._encoded[split] = [(tok.encode(s), tok.encode(t)) for s, t in getattr(self, split)]
+            tok, end = self.tokenizer, [] if self.source_end is None else [self.source_end]
+            self._encoded[split] = [
+                (tok.encode(s) + end, tok.encode_target(t)) for s, t in getattr(self, split)
+            ]
         return self._encoded[split]
 
 
@@ -207,13 +211,15 @@ def vocabulary_for(train_pairs) -> tuple[int, str]:
 
 
 def translation_pairs(
-    data_dir, *, vocab_size: int, max_len: int, lines: LineLimit = NO_MODEL, tokenizer=None
+    data_dir, *, vocab_size: int, max_len: int, lines: LineLimit = NO_MODEL, tokenizer=None,
+    source_end: int | None = None,
 ) -> Pairs:
     """``{data_dir}/{train,dev,test}.tsv`` with the joint BPE (see the module doc); the
     ``valid`` split is dev.tsv. A ``vocab_size`` SentencePiece cannot make of the text is
     refused naming ``task.vocab_size`` and the bound; one chosen from the data (0) is
     brought within SentencePiece's bound instead. ``tokenizer``: read the pairs with it
-    (a checkpoint's, for a run that starts from one) instead of training a BPE."""
+    (a checkpoint's, for a run that starts from one) instead of training a BPE;
+    ``source_end``: the id its model appends to every source (Marian's ``</s>``)."""
     if not data_dir:
         raise DataError("task translate needs data_dir (--data-dir data/bible)")
     if vocab_size != 0 and vocab_size <= 260:
@@ -228,7 +234,8 @@ def translation_pairs(
     train, valid, test = (read_pairs(d / f"{s}.tsv", lines) for s in ("train", "dev", "test"))
     chosen = ""
     if tokenizer is not None:
-        return _keep_within(Pairs(tokenizer, train, valid, test), max_len, d)
+        pairs = Pairs(tokenizer, train, valid, test, source_end=source_end)
+        return _keep_within(pairs, max_len, d)
     if vocab_size == 0:
         vocab_size, chosen = vocabulary_for(train)
     try:

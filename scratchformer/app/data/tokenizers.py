@@ -46,6 +46,11 @@ class Tokenizer:
         """Text -> ids, without <bos>/<eos>; out-of-vocabulary tokens become <unk>."""
         return self.vocab.encode(self.split(text))
 
+    def encode_target(self, text: str) -> list[int]:
+        """A target sentence's ids: ``encode``'s, but for a tokenizer with a model of
+        its own for each side (Marian's)."""
+        return self.encode(text)
+
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text, dropping <pad>, <bos> and <eos>; <unk> is shown as ``<unk>``."""
         dropped = (self.vocab.pad_id, self.vocab.bos_id, self.vocab.eos_id)
@@ -100,6 +105,7 @@ TOKENIZERS: dict[str, type[Tokenizer]] = {
 LAZY_TOKENIZERS = {
     "spm-bpe": "scratchformer.app.data.bpe",
     "gpt2-bpe": "scratchformer.app.data.gpt2_bpe",
+    "marian-spm": "scratchformer.app.data.marian_spm",
 }
 
 

@@ -13,8 +13,8 @@ the models here lack (``MISSING``), where that is known.
 An importer is a module with ``read(folder: HFFolder) -> (model, tokenizer, meta)``
 (``hf_import/gpt2.py``); the folder's reading (config.json, safetensors through the
 NumPy API, the tokenizer's files, the refusals of pickles) is shared (``folder.py``).
-A translation model (Marian) imports the same way: its module beside gpt2.py and one
-line in ``IMPORTERS``. Nothing is downloaded. The mapping: docs/import.md.
+A translation model (Marian, ``hf_import/marian.py``) imports the same way: its module
+beside gpt2.py and one line in ``IMPORTERS``. Nothing is downloaded. The mapping: docs/import.md.
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ from scratchformer.app.checkpoint import save_checkpoint
 from scratchformer.app.hf_import.folder import HFFolder, HFImportError
 
 #: model_type (config.json) -> (the importer's module, the architecture it reads)
-IMPORTERS = {"gpt2": ("scratchformer.app.hf_import.gpt2", "GPT2LMHeadModel")}
+IMPORTERS = {
+    "gpt2": ("scratchformer.app.hf_import.gpt2", "GPT2LMHeadModel"),
+    "marian": ("scratchformer.app.hf_import.marian", "MarianMTModel"),
+}
 
 _ROPE = "rotary positions (RoPE)"
 _LLAMA = f"{_ROPE}, RMSNorm, a gated (SwiGLU) feed-forward and grouped-query attention"

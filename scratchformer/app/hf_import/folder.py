@@ -95,6 +95,16 @@ class HFFolder:
         self.read.append(path)
         return text
 
+    def data(self, name: str) -> bytes:
+        """The bytes of the file ``name`` of the folder (a SentencePiece model)."""
+        path = self.path / name
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise HFImportError(f"cannot read {path}: {e}") from None
+        self.read.append(path)
+        return data
+
     # -- the weights ------------------------------------------------------------------------
     def weight_files(self) -> list[Path]:
         """``model.safetensors``, or the shards its index names; a folder with only a

@@ -32,13 +32,16 @@ class TransformerConfig:
     max_len: int = 1024  # longest sequence the position table covers
     norm: str = "post"  # "post" (the paper: LN(x + sublayer)) or "pre" (x + sublayer(LN))
     share_embeddings: str = "all"  # "all": src = tgt = output; "decoder": tgt = output; "none"
-    activation: str = "relu"  # "relu" (the paper) or "gelu"
+    activation: str = "relu"  # "relu" (the paper), "gelu" (tanh form) or "silu" (Marian's swish)
     ln_eps: float = 1e-5  # LayerNorm epsilon
     # padding token id: masked in attention, ignored by the loss. A decoder-only model
     # may set it to vocab_size: padding is then no token of the vocabulary (GPT-2 has
     # none), never looked up, predicted or drawn
     pad_id: int = 0
-    bos_id: int = 1  # beginning of sentence: the first decoder input
+    # beginning of sentence: the first decoder input. An encoder-decoder may start from
+    # its padding token (bos_id = pad_id with zero_start: Marian's start, the zero row
+    # of <pad>): position 0 is then attended although its id is the padding's
+    bos_id: int = 1
     eos_id: int = 2  # end of sentence: the last decoder output
     src_vocab_size: int | None = None  # only when share_embeddings != "all"
     seed: int = 0  # initialisation seed
@@ -63,6 +66,12 @@ class TransformerConfig:
     # the decoder's first position reads the zero vector, not its token's embedding
     # (Marian's start, which CTranslate2's converter assumes); encoder-decoder only
     zero_start: bool = False
+    # a bias b (V,) added to the output logits, h E^T + b (Marian's final_logits_bias);
+    # encoder-decoder only
+    output_bias: bool = False
+    # an id appended to every source sentence (Marian's </s>; None: nothing appended):
+    # the data, translate and plots add it, the model reads it as any token
+    source_end_id: int | None = None
     extra: dict = field(default_factory=dict)  # free-form notes kept with checkpoints
 
     def __post_init__(self):
@@ -122,7 +131,10 @@ class TransformerConfig:
             self.src_vocab_size is None or self.share_embeddings != "all",
             "a separate src_vocab_size needs share_embeddings 'decoder' or 'none'",
         )
-        need(self.activation in ("relu", "gelu"), f"activation={self.activation!r}")
+        need(
+            self.activation in ("relu", "gelu", "silu"),
+            f"activation={self.activation!r}: expected 'relu', 'gelu' or 'silu'",
+        )
         for name in ("d_k", "d_v"):
             v = getattr(self, name)
             need(v is None or v > 0, f"{name} must be positive (or None for d_model / h), got {v}")
@@ -138,6 +150,17 @@ class TransformerConfig:
                 0 <= i < min(self.vocab_size, self.src_vocab),
                 f"{name}={i} is outside the vocabulary of {min(self.vocab_size, self.src_vocab)}",
             )
+        need(
+            self.source_end_id is None or 0 <= self.source_end_id < self.src_vocab,
+            f"source_end_id={self.source_end_id} is outside the source vocabulary of "
+            f"{self.src_vocab}",
+        )
+        need(
+            self.bos_id != self.pad_id or self.zero_start,
+            f"bos_id = pad_id = {self.pad_id} (the decoder starts from the padding token, "
+            "Marian's start) needs zero_start = true: the padding row gets no gradient, so "
+            "the start must read the zero vector",
+        )
         need(self.max_len >= 1, f"max_len must be >= 1, got {self.max_len}")
         need(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         kinds = sorted(ATTENTION_VARIANTS)
@@ -237,6 +260,14 @@ def check_config(config, who: str) -> None:
                 f"{who}(config): zero_start (the decoder starts from the zero vector) is "
                 "for the encoder-decoder Transformer"
             )
+        for name, what, on in (
+            ("output_bias", "a bias on the output logits", config.output_bias),
+            ("source_end_id", "an id appended to every source", config.source_end_id is not None),
+        ):
+            if on and who != "Transformer":
+                raise ConfigError(
+                    f"{who}(config): {name} ({what}) is for the encoder-decoder Transformer"
+                )
         return
     how = "TransformerConfig(**d)" if isinstance(config, dict) else "TransformerConfig(...)"
     raise ConfigError(

@@ -2,7 +2,8 @@
 
     memory = Encoder(E[src] * sqrt(D))
     h      = Decoder(E[tgt_in] * sqrt(D), memory)
-    logits = h E^T                      (the output projection shares E, unscaled)
+    logits = h E^T (+ b)                (the output projection shares E, unscaled;
+                                         b with ``output_bias``)
     loss   = label-smoothed cross-entropy(logits, tgt_out), mean over non-pad tokens
 
 Decoding runs the training forwards with dropout off, dropping each backward cache as
@@ -28,7 +29,7 @@ from scratchformer.engine.errors import (
 )
 from scratchformer.engine.models.config import TransformerConfig, check_cache, check_config
 from scratchformer.engine.nn.kv import DecodeStateError, KVCache
-from scratchformer.engine.nn.layers import Embedding, Linear
+from scratchformer.engine.nn.layers import Embedding, Linear, OutputBias
 from scratchformer.engine.nn.module import Module
 from scratchformer.engine.nn.transformer import Decoder, Encoder, StackCache
 from scratchformer.engine.ops.loss import cross_entropy
@@ -65,6 +66,7 @@ class Transformer(Module):
     ``encoder.norm.gamma|beta``, ``decoder.norm.gamma|beta``   pre-LN only
     ``share_embeddings="decoder"``: ``src_embed.E`` and ``embed.E`` (target and output);
     ``"none"``: ``src_embed.E``, ``embed.E`` (target) and ``out_proj.W`` (D, V).
+    ``output_bias``: ``out_bias.b`` (V,), last.
     """
 
     def __init__(self, config: TransformerConfig):
@@ -85,6 +87,7 @@ class Transformer(Module):
         )
         self.encoder = Encoder(cfg, cfg.N, rng)
         self.decoder = Decoder(cfg, cfg.N_dec, rng)
+        self.out_bias = OutputBias(cfg.vocab_size) if cfg.output_bias else None
 
     # -- input checks -------------------------------------------------------------------
     def check_inputs(self, src, tgt_in, tgt_out=None):
@@ -126,15 +129,39 @@ class Transformer(Module):
         memory, src_mask, c_src, c_enc = self.encode(src, rng)
         y, c_tgt = self.embed.forward(tgt_in)
         self._start(y, 0)
-        self_mask = padding_mask(tgt_in, self.config.pad_id)  # the attention adds causality
+        self_mask = self._target_mask(tgt_in)  # the attention adds causality
         h, c_dec = self.decoder.forward(y, memory, self_mask, src_mask, rng)
         logits, c_out = self._output(h)
         return logits, TransformerCache(c_src, c_enc, c_tgt, c_dec, c_out, id(self))
 
+    def _target_mask(self, tgt_in):
+        """The decoder's padding mask (B, 1, 1, T). A model that starts from its padding
+        token (``bos_id == pad_id``, Marian's start) has that id at position 0 of every
+        row as a real input: position 0 is always attended."""
+        cfg = self.config
+        mask = padding_mask(tgt_in, cfg.pad_id)
+        if cfg.bos_id == cfg.pad_id:
+            mask[..., 0] = True
+        return mask
+
+    @property
+    def _pad_start(self) -> bool:
+        """Whether the decoder starts from its padding token (``bos_id == pad_id``,
+        Marian's start, with ``zero_start``)."""
+        return self.config.bos_id == self.config.pad_id
+
     def _output(self, h):
         """h (B, T, D)  ->  logits (B, T, V) and the cache: ``h E^T`` (the embedding, tied,
-        unscaled) or ``h W`` (the output projection's own), one product over B*T rows."""
-        return self.embed.project(h) if self.out_proj is None else self.out_proj.forward(h)
+        unscaled) or ``h W`` (the output projection's own), one product over B*T rows;
+        with ``output_bias``, ``+ b`` in place (the logits are fresh). A model that starts
+        from its padding token has no row for it (Marian's start is the zero vector): the
+        padding's logit is 0 (+ its bias), whatever that row of E or W holds."""
+        out, cache = self.embed.project(h) if self.out_proj is None else self.out_proj.forward(h)
+        if self._pad_start:
+            out[..., self.config.pad_id] = 0
+        if self.out_bias is not None:
+            out = self.out_bias.forward(out)
+        return out, cache
 
     def _start(self, y, position: int) -> None:
         """With ``zero_start``, the decoder's first position reads the zero vector: ``y``
@@ -147,6 +174,11 @@ class Transformer(Module):
     def backward(self, dlogits, cache: TransformerCache):
         """dlogits (B, T, V): adds into every parameter's gradient."""
         check_cache(self, cache, TransformerCache, "Transformer")
+        if self.out_bias is not None:
+            dlogits = self.out_bias.backward(dlogits)
+        if self._pad_start:  # the padding's logit read neither h nor E (_output)
+            dlogits = dlogits.copy()
+            dlogits[..., self.config.pad_id] = 0
         if self.out_proj is None:
             dh = self.embed.project_backward(dlogits, cache.output)
         else:

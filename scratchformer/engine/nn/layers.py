@@ -1,5 +1,5 @@
-"""Basic modules: Linear, Embedding, PositionalEncoding, LayerNorm, AddNorm, Dropout,
-PositionwiseFeedForward.
+"""Basic modules: Linear, Embedding, OutputBias, PositionalEncoding, LayerNorm, AddNorm,
+Dropout, PositionwiseFeedForward.
 
 Dimension key: ``B`` batch, ``T`` length, ``D`` d_model, ``F`` d_ff, ``V`` vocabulary,
 ``L`` max_len.
@@ -102,6 +102,27 @@ class Embedding(Module):
         dh, dET, _ = linear.backward(dlogits, cache)
         self.grads["E"] += dET.T
         return dh
+
+
+class OutputBias(Module):
+    """A bias ``b`` (V,) on the output logits: ``logits + b`` at every position
+    (Marian's ``final_logits_bias``); zeros at initialisation."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.add_parameter("b", zeros(vocab_size))
+
+    def forward(self, logits):
+        """logits (B, T, V), given up (a fresh array)  ->  logits + b, in place."""
+        logits += self.params["b"]
+        return logits
+
+    def backward(self, dlogits):
+        """``db = sum over b, t of dlogits[b, t]`` (the bias is added at every position);
+        ``dlogits`` passes through unchanged. Derivation: docs/derivations.md#output-bias."""
+        g = self.grads["b"]
+        g += dlogits.reshape(-1, dlogits.shape[-1]).sum(axis=0, dtype=g.dtype)
+        return dlogits
 
 
 class PositionalEncoding(Module):
@@ -287,6 +308,7 @@ class PositionwiseFeedForward(Module):
 
 __all__ = [
     "AddNorm",
+    "OutputBias",
     "Dropout",
     "Embedding",
     "LayerNorm",

@@ -11,7 +11,7 @@
 The modules call an op through its table, named after the op, which chooses the form
 (``from scratchformer.engine.ops.layernorm import layernorm``; ``layernorm.forward(...)``).
 
-    activations         relu, gelu                    linear          linear
+    activations         relu, gelu, silu              linear          linear
     attention           attention_core,               local_attention the local blocks'
                         dot_product_logits                            re-indexings
     dropout             dropout                       loss            cross_entropy,
@@ -45,6 +45,8 @@ from scratchformer.engine.ops.activations import (
     gelu_forward,
     relu_backward,
     relu_forward,
+    silu_backward,
+    silu_forward,
 )
 from scratchformer.engine.ops.attention import attention_backward, attention_forward, causal_mask
 from scratchformer.engine.ops.dropout import dropout_backward, dropout_forward
@@ -75,6 +77,7 @@ __all__ = ["attention_backward", "attention_forward", "causal_mask", "cross_entr
            "label_smoothed_nll_forward", "layernorm_backward", "layernorm_forward",
            "linear_backward", "linear_forward", "log_softmax_backward", "log_softmax_forward",
            "positional_backward", "positional_forward", "relu_backward", "relu_forward",
-           "sinusoidal_table", "softmax_backward", "softmax_forward",
+           "silu_backward", "silu_forward", "sinusoidal_table", "softmax_backward",
+           "softmax_forward",
            "activations", "attention", "dropout", "embedding", "layernorm", "linear",
            "local_attention", "loss", "positional", "relative_attention", "softmax", "tanh"]

@@ -1,8 +1,9 @@
-"""Activations: ReLU (the paper's) and GELU (tanh form, as BERT and GPT-2 use).
+"""Activations: ReLU (the paper's), GELU (tanh form, as BERT and GPT-2 use) and SiLU
+(``x sigmoid(x)``, "swish", as Marian uses).
 
 The reference pairs first; below them ReLU's in-place form, which runs by default where
 the caller gives its input up (the feed-forward layer does): bitwise equal, no (..., F)
-temporary. GELU runs its reference. float16 activations take the emulated float16 forms
+temporary. GELU and SiLU run their references. float16 activations take the emulated float16 forms
 (ops/float16.py).
 
 Derivation: docs/derivations.md#activations.
@@ -56,6 +57,24 @@ def gelu_backward(dout, cache: GELUCache):
     return dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du_dx)
 
 
+class SiLUCache(NamedTuple):
+    x: object  # input
+    s: object  # sigmoid(x)
+
+
+def silu_forward(x):
+    """``out = x sigmoid(x)``, ``sigmoid(x) = 1 / (1 + exp(-x))`` (SiLU, "swish")."""
+    s = 0.5 * (1.0 + xp.tanh(0.5 * x))  # sigmoid(x), without exp overflowing for x << 0
+    return x * s, SiLUCache(x, s)
+
+
+def silu_backward(dout, cache: SiLUCache):
+    """``dx = dout * s (1 + x (1 - s))``, ``s = sigmoid(x)``: the product rule with
+    ``sigmoid' = s (1 - s)``."""
+    x, s = cache
+    return dout * (s * (1.0 + x * (1.0 - s)))
+
+
 # -- ReLU in place ------------------------------------------------------------------------
 def relu_inplace_forward(x):
     """``relu_forward`` in x's buffer (x is given up)."""
@@ -82,5 +101,9 @@ gelu = Op("gelu", gelu_forward, gelu_backward, inputs=("x",), gradients=("dx",),
           cases=pointwise)
 float16.register(gelu)
 
+silu = Op("silu", silu_forward, silu_backward, inputs=("x",), gradients=("dx",),
+          cases=pointwise)
+float16.register(silu)
+
 #: the activations by config name
-ACTIVATIONS = {"relu": relu, "gelu": gelu}
+ACTIVATIONS = {"relu": relu, "gelu": gelu, "silu": silu}

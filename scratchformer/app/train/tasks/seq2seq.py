@@ -221,6 +221,7 @@ class TranslateTask(Seq2SeqTask):
         self.data = translation_pairs(
             s.data_dir, vocab_size=s.vocab_size, max_len=s.max_len, lines=lines,
             tokenizer=self.tokenizer,
+            source_end=None if init is None else init.config.source_end_id,
         )
         self.tokenizer = self.data.tokenizer
         self.fitted = ""  # the model chosen from the data, in words ("": none was)
