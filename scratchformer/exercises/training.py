@@ -202,13 +202,15 @@ def demonstration(cfg, where: Path, texts: dict, progress: bool, echo,
 
     # the learner's process works in a scratch folder: the run's folder by its full path
     cfg = dataclasses.replace(cfg, run_dir=str(cfg.out_dir.resolve()))
+    # in mixed precision an overflow is the loss scaler's to skip, not an error
+    nan = cfg.train.precision == "float32"
 
     def job(code: dict) -> dict:  # runs in the learner's process
         t0 = time.perf_counter()
         trainer = Trainer(cfg, overwrite=True, progress=progress, echo=print)
         with contextlib.ExitStack() as stack:
             for name, fns in code.items():
-                watched = {f: _watched(fn, limit, lambda: trainer.step + 1)
+                watched = {f: _watched(fn, limit, lambda: trainer.step + 1, nan)
                            for f, fn in fns.items()}
                 stack.enter_context(EXERCISES[name].plug(watched))
             run = Run.of(trainer, trainer.run())
@@ -242,11 +244,11 @@ class _Late(BaseException):  # noqa: N818 - a signal's, never the learner's to c
 _DEPTH = [0]  # learner's calls in progress: only the outermost is timed
 
 
-def _watched(fn, limit, step):
+def _watched(fn, limit, step, nan=True):
     """``fn``, a learner's function, as the demonstration run calls it in the learner's
     process: an error said in one line with the file's line (``learner_code``), a call
-    stopped after ``limit`` seconds, and NaN or inf returned on finite inputs an error
-    naming the file and the step (``step()``)."""
+    stopped after ``limit`` seconds, and (``nan``) NaN or inf returned on finite inputs
+    an error naming the file and the step (``step()``)."""
     path = file_of(fn)
     name = getattr(fn, "__name__", "your function")
 
@@ -255,7 +257,7 @@ def _watched(fn, limit, step):
 
     def call(*args, **kwargs):
         outer = _DEPTH[0] == 0 and limit is not None
-        finite = _finite(args)
+        finite = nan and _finite(args)
         if outer:
             signal.signal(signal.SIGALRM, late)
             signal.setitimer(signal.ITIMER_REAL, limit)
