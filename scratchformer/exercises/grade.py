@@ -15,8 +15,9 @@ more of shapes drawn from it (draw.py, draw_layers.py):
    inputs, which must be unchanged afterwards (guard.py: ``failing``, the array named);
 2. compare what it returned with what each catalogued mistake returns on the same
    inputs: equal (to ``MATCH_TOL``) on every input, shapes included, is that mistake;
-3. shapes, dtypes and NaNs, one line each; and again on float32 inputs, whose results
-   must be float32, finite and within float32's tolerance of the truth (precision.py);
+3. shapes, dtypes and NaNs, one line each; and on float32 inputs, whose results must
+   be float32 (and, once the pass is right in float64, finite and within float32's
+   tolerance of the truth: precision.py, after step 5);
 4. the finite-difference check (``Exercise.numeric``): per gradient the largest
    relative error over the inputs and, for a wrong one, its worst entries; a gradient
    that is wrong and equals one mistake's version of it names that mistake, and before
@@ -258,7 +259,7 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool, text=None) -> None
         g.status, g.message = FAILING, problem
         if problem:
             return
-    problem = precision.problem(ex, code, ref, g.path, text)  # float32: dtype, NaN, values
+    problem, mine32 = precision.dtype_problem(ex, code, g.path, text)  # float32's dtype
     if problem:
         g.status, g.message = FAILING, problem
         return
@@ -279,6 +280,10 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool, text=None) -> None
             f"the gradients are right but {', '.join(lost[:4]) or 'some'} were not added "
             "into self.grads (+=): what was there before the call was lost"
         )
+    if numeric and g.status != FAILING:  # right in float64: float32's values, NaN
+        problem = precision.value_problem(ex, mine32, ref)
+        if problem:
+            g.status, g.message = FAILING, problem
 
 
 def _shortcut(ex: Exercise, path, text=None) -> str:

@@ -35,14 +35,21 @@ F32_TOL = 1e-4
 _ARRAY_MODULES = ("numpy", "cupy", "scratchformer.engine.backend")
 
 
-def problem(ex, code: dict, ref: list, path=None, text: str | None = None) -> str:
-    """The first float32 problem of the learner's ``code`` (``ref``: the engine's float64
-    results on the same inputs), in one line, or ""."""
+def dtype_problem(ex, code: dict, path=None, text: str | None = None) -> tuple[str, list]:
+    """``(problem, results)``: the learner's ``code`` run on the float32 inputs, and
+    the line that says a result is not float32 (its likely cause named), or ""."""
     mine = ex.outputs(code, "float32")
-    labels = ex.case_labels()
     for k, got in (kv for m in mine for kv in m.items()):
         if got.dtype != backend.np.float32:
-            return _dtype_line(k, got.dtype, ex.functions, path, text)
+            return _dtype_line(k, got.dtype, ex.functions, path, text), mine
+    return "", mine
+
+
+def value_problem(ex, mine: list, ref: list) -> str:
+    """For a pass right in float64: the line that says its float32 results ``mine``
+    (``dtype_problem``'s) hold NaN or inf, or are off the truth by more than float32's
+    rounding (``ref``: the engine's float64 results on the same inputs), or ""."""
+    labels = ex.case_labels()
     try:
         engine = ex.outputs(ex.engine(), "float32")
     except (LearnerError, NotWritten):  # the engine's code runs on every input
@@ -56,9 +63,9 @@ def problem(ex, code: dict, ref: list, path=None, text: str | None = None) -> st
             finite = backend.xp.isfinite(got)
             if not bool(finite.all()) and bool(backend.xp.isfinite(want).all()):
                 return (
-                    f"on float32 inputs {k} holds NaN or inf (input: {label}), where the "
-                    "right values are finite: a constant that underflows or overflows in "
-                    "float32 (1e-46 is 0 there, 1e39 inf), or an exp too large for it"
+                    f"on float32 inputs {k} holds NaN or inf (input: {label}), though right "
+                    "on float64: a constant that underflows or overflows in float32 (1e-46 "
+                    "is 0 there, 1e39 inf), or an exp too large for it"
                 )
             err = relative_error(got, want)
             if err > F32_TOL:
@@ -162,4 +169,10 @@ def _constant(node, modules: set) -> bool:
     return False
 
 
-__all__ = ["F32_TOL", "float64_scalars", "problem"]
+def problem(ex, code: dict, ref: list, path=None, text: str | None = None) -> str:
+    """The first float32 problem of a pass right in float64, in one line, or ""."""
+    found, mine = dtype_problem(ex, code, path, text)
+    return found or value_problem(ex, mine, ref)
+
+
+__all__ = ["F32_TOL", "dtype_problem", "float64_scalars", "problem", "value_problem"]

@@ -158,6 +158,7 @@ def test_an_encoder_layer_that_adds_dx_kv_is_not_told_it_uses_the_queries_only(t
     assert g.status == FAILING
     assert "query-path-only" not in [m.name for m, _ in g.diagnosis]
     assert "queries only" not in "\n".join(report(g))
+    assert "float32" not in g.message  # wrong in float64: said by the finite differences
     # the mistake itself is still named
     code, path, text = _file(
         tmp_path, "encoder_layer", "enter_backward(da_q + da_kv, c.enter)",
