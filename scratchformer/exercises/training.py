@@ -184,6 +184,7 @@ def judged(where: Path, texts: dict, b, model, failing: dict, limit=None) -> dic
         v = {"agree": False, "error": str(e), "blamed": [], "worst": [], "count": 0, "total": 0,
              "stopped": getattr(s, "stopped", None)}
     v["failing"] = list(failing)
+    v["spent"] = dict(getattr(s, "spent", {}))  # seconds of each exercise's code
     if s is not None:
         if s.notes:
             v["agree"], v["notes"] = False, s.notes
@@ -259,7 +260,7 @@ def _watched(fn, limit, step, nan=True):
         outer = _DEPTH[0] == 0 and limit is not None
         finite = nan and _finite(args)
         if outer:
-            signal.signal(signal.SIGALRM, late)
+            before = signal.signal(signal.SIGALRM, late)
             signal.setitimer(signal.ITIMER_REAL, limit)
         _DEPTH[0] += 1
         try:
@@ -274,6 +275,7 @@ def _watched(fn, limit, step, nan=True):
             _DEPTH[0] -= 1
             if outer:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, before)
         if finite and not (_finite(result) and _finite(args)):
             raise LearnerError(
                 f"{shown(path)}: {name} returned NaN or inf at step {step()} of your run, on "

@@ -130,6 +130,21 @@ def test_a_nan_in_the_run_stops_it_in_one_line_naming_the_file(tmp_path, monkeyp
     assert f"your run stopped: {got}" in said
 
 
+def test_a_call_past_the_time_limit_stops_the_run_in_one_line(tmp_path, monkeypatch):
+    """Each call of the learner's code in the run gets the time limit: an endless loop
+    is stopped at its first call, the line names the file, the function, the step."""
+    monkeypatch.chdir(tmp_path)
+    path = layernorm_file(tmp_path / "exercises", body="    while True:\n        pass\n")
+    cfg = build([(SMALL, "test"), ({"train": {"steps": 1}}, "steps"),
+                 ({"name": "yours", "run_dir": str(tmp_path / "exercises/runs/yours")}, "t")])
+    said = []
+    got = training.demonstration(cfg, tmp_path / "exercises",
+                                 {"layernorm": (path, files.read(path))}, False, said.append, 0.5)
+    assert got == ("exercises/layernorm.py: layernorm_backward ran past the time limit of 0.5 s "
+                   "in one call, at step 1 of your run, and was stopped: slow at the model's "
+                   "sizes? --time-limit gives it more"), said
+
+
 # -- the whole command -----------------------------------------------------------------------
 CLI_SMALL = ["--set", "task.train_size=300", "--set", "task.valid_size=20",
              "--set", "task.test_size=20", "--set", "train.checkpoint_every=0"]
