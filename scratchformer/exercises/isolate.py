@@ -17,7 +17,8 @@ or patching inside the learner's process (of the grader, of NumPy, of the pipe) 
 the judgement.
 
 The learner's code gets ``limit`` seconds in all (an endless loop is stopped; with
-``each``, ``exercise train``'s verdict, each exercise's code gets ``limit`` in all), a new
+``each``, ``exercise train``'s verdict, each exercise's code gets ``limit`` in all of
+each whole-model gradient: ``anew``), a new
 session without a terminal, a scratch copy of the folder as its current folder
 (sandbox.py), and what it prints is kept and shown under "your code printed:". When the
 session ends, every process the code started is ended (procs.py), what it changed in
@@ -81,15 +82,17 @@ class Session:
     ``keep``: paths of the folder the code may write. ``jobs``: ``{name: fn(code)}``
     run there by ``run`` (forked with it: the demonstration run). ``stream``: called
     with each line the code prints, as it prints it (else the lines are kept).
-    ``each``: ``limit`` is each exercise's, as in its check, and an error of a call
-    names the file and the function (``stopped``: the exercise that stopped)."""
+    ``each``: ``limit`` is each exercise's (until ``anew``), as in its check, and an
+    error of a call names the file and the function (``stopped``: the exercise that
+    stopped)."""
 
     def __init__(self, texts: dict, folder, limit=DEFAULT_LIMIT, check=True, keep=(),
                  jobs=None, stream=None, each=False):
         self.texts, self.folder, self.limit = texts, Path(folder), limit
         self.check, self.keep, self.jobs, self.stream = check, keep, jobs or {}, stream
         self.each = each
-        self.spent: dict = {}  # seconds per exercise (None: loading the files)
+        self.spent: dict = {}  # seconds per exercise since ``anew`` (None: loading)
+        self.most: dict = {}  # the most seconds per exercise between two ``anew``
         self.current: str | None = None  # the exercise whose code runs now
         self.stopped: str | None = None
         self.dead: LearnerError | None = None
@@ -212,6 +215,12 @@ class Session:
             finally:
                 self.active = old
 
+    def anew(self) -> None:
+        """Each exercise's code gets ``limit`` seconds again (with ``each``)."""
+        for k, t in self.spent.items():
+            self.most[k] = max(t, self.most.get(k, 0.0))
+        self.spent = {}
+
     def call(self, exercise: str, function: str, args: tuple, kwargs: dict):
         self.current = exercise
         try:
@@ -229,9 +238,10 @@ class Session:
         where = shown(str(self.texts[exercise][0]))
         if isinstance(e, TimeLimit):
             said = LearnerError(
-                f"{where}: {function} ran past the time limit of {self.limit:g} s of "
-                "your code (each exercise's, as in its check) and was stopped: slow at "
-                "the model's sizes, or an endless loop? --time-limit gives it more")
+                f"{where}: {function} ran past the time limit of {self.limit:g} s (your "
+                "code of one exercise, in one of the whole model's gradients) and was "
+                "stopped: slow at the model's sizes, or an endless loop? --time-limit "
+                "gives it more")
         elif where in str(e):
             return e
         else:

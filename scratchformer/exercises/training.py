@@ -173,7 +173,8 @@ def train_both(where: Path, steps=None, sets=(), progress=True, echo=print, limi
 def judged(where: Path, texts: dict, b, model, failing: dict, limit=None) -> dict:
     """The verdict (verdict.py) of the learner's files ``texts`` (``{name: (path,
     text)}``), computed here with their functions run in a process of their own, each
-    exercise's code for ``limit`` seconds in all (as in its check; None: no limit)."""
+    exercise's code for ``limit`` seconds in all of each whole-model gradient (as in its
+    check; None: no limit)."""
     v, s = None, None
     try:
         with isolate.session(texts, where, limit=limit, check=False, each=True) as s:
@@ -184,7 +185,9 @@ def judged(where: Path, texts: dict, b, model, failing: dict, limit=None) -> dic
         v = {"agree": False, "error": str(e), "blamed": [], "worst": [], "count": 0, "total": 0,
              "stopped": getattr(s, "stopped", None)}
     v["failing"] = list(failing)
-    v["spent"] = dict(getattr(s, "spent", {}))  # seconds of each exercise's code
+    if s is not None and hasattr(s, "anew"):  # the most seconds of each exercise's code
+        s.anew()
+        v["spent"] = dict(s.most)
     if s is not None:
         if s.notes:
             v["agree"], v["notes"] = False, s.notes

@@ -85,6 +85,8 @@ def _gradients(model, b, learner=None, names=(), dtype="float64", dropout=True) 
     learner's passes of the exercises ``names`` in place (``learner``: an
     isolate.Session, whose stand-ins run them in the learner's process), and the
     parameters after two Adam steps."""
+    if learner is not None and hasattr(learner, "anew"):
+        learner.anew()  # each exercise's time limit, for this gradient
     m = copy.deepcopy(model)
     if dtype != "float64":
         m.astype(getattr(xp, dtype))

@@ -109,9 +109,9 @@ def test_a_pass_slow_at_the_models_sizes_is_stopped_and_named(tmp_path, monkeypa
     v = judge(tmp_path / "exercises", limit=1.0)
     assert not v["agree"] and v["stopped"] == "layernorm"
     assert v["error"] == (
-        "exercises/layernorm.py: layernorm_backward ran past the time limit of 1 s of your "
-        "code (each exercise's, as in its check) and was stopped: slow at the model's sizes, "
-        "or an endless loop? --time-limit gives it more")
+        "exercises/layernorm.py: layernorm_backward ran past the time limit of 1 s (your code "
+        "of one exercise, in one of the whole model's gradients) and was stopped: slow at the "
+        "model's sizes, or an endless loop? --time-limit gives it more")
 
 
 def test_a_nan_in_the_run_stops_it_in_one_line_naming_the_file(tmp_path, monkeypatch):

@@ -111,7 +111,7 @@ def add_parser(sub) -> None:
         default=isolate.DEFAULT_LIMIT,
         metavar="SECONDS",
         help="stop your code of one exercise after this long in all in its check and "
-        "in the verdict, and one call of it in the run "
+        "in each of the verdict's gradients, and one call of it in the run "
         f"(default {isolate.DEFAULT_LIMIT:g}; a busy machine may need more)",
     )
     q.add_argument(
