@@ -29,6 +29,7 @@ CUDA context does not survive a fork), the code is graded in this process.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import multiprocessing
 import os
 import select
@@ -128,6 +129,7 @@ class Session:
         self.rep, rep_w = os.pipe()
         self.out, out_w = os.pipe()
         self.before = procs.children_now()
+        self.slot = mmap.mmap(-1, learner.SLOT)  # shared: the learner's function running
         texts = {n: (Path(p), t, str(self.box.scratch / Path(p).name), str(Path(p).resolve()))
                  for n, (p, t) in self.texts.items()}
         for stream in (sys.stdout, sys.stderr):  # nothing buffered is printed twice
@@ -140,7 +142,8 @@ class Session:
                     os.close(fd)
                 learner.start(parent, (req_r, rep_w, out_w), str(self.box.scratch),
                               self.box.name, self.box.token)
-                learner.serve(req_r, rep_w, learner.Learner(texts, self.check), self.jobs)
+                learner.serve(req_r, rep_w, learner.Learner(texts, self.check, self.slot),
+                              self.jobs)
             except BaseException:  # noqa: BLE001 - ours: said on the output pipe
                 traceback.print_exc()
             finally:
@@ -182,6 +185,8 @@ class Session:
             for fd in ("req", "rep", "out"):
                 with contextlib.suppress(OSError, AttributeError, TypeError):
                     os.close(getattr(self, fd))
+            if getattr(self, "slot", None) is not None:
+                self.slot.close()
         finally:
             self._guard.__exit__(None, None, None)
             self.notes += self.box.close()
@@ -228,24 +233,35 @@ class Session:
         except LearnerError as e:
             if not self.each or isinstance(e, Shortcut):
                 raise
-            self.stopped = exercise
+            self.stopped = exercise  # (the time limit: the function running then)
             raise self._named(e, exercise, function) from None
         finally:
             self.current = None
 
     def _named(self, e: LearnerError, exercise: str, function: str) -> LearnerError:
-        """``e`` said with the learner's file and function, when it does not say them."""
-        where = shown(str(self.texts[exercise][0]))
+        """``e`` said with the learner's file and function, when it does not say them;
+        for the time limit, the function that was running then (one of the learner's
+        that ``function`` called, in their process: the slot says which)."""
         if isinstance(e, TimeLimit):
+            top = exercise
+            inner = learner.running(self.slot) if getattr(self, "slot", None) else None
+            if inner and inner[0] in self.texts:
+                exercise, function = inner
+            self.stopped = exercise
+            called = "" if exercise == top else f", called by your {top}"
             said = LearnerError(
-                f"{where}: {function} ran past the time limit of {self.limit:g} s (your "
-                "code of one exercise, in one of the whole model's gradients) and was "
-                "stopped: slow at the model's sizes, or an endless loop? --time-limit "
-                "gives it more")
-        elif where in str(e):
+                f"{shown(str(self.texts[exercise][0]))}: {function} ran past the time limit "
+                f"of {self.limit:g} s in one of the whole model's gradients{called}, and was "
+                "stopped: slow at the model's sizes, or an endless loop? --time-limit gives "
+                "it more")
+            said.at = None
+            if self.dead is e:
+                self.dead = said
+            return said
+        where = shown(str(self.texts[exercise][0]))
+        if where in str(e):
             return e
-        else:
-            said = LearnerError(f"{where}: {function}: {e}")
+        said = LearnerError(f"{where}: {function}: {e}")
         said.at = getattr(e, "at", None)
         if self.dead is e:
             self.dead = said

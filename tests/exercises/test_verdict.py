@@ -58,12 +58,12 @@ def layernorm_file(folder, change=None, body=None):
 
 
 def judge(folder, failing=(), limit=None, model=None):
+    """``training.judged`` of every file of ``folder`` (those of ``failing`` failing)."""
     cfg = build([(SMALL, "test"), ({"name": "x", "run_dir": str(folder / "runs" / "x")}, "t")])
     b, drawn, _ = verdict.batch_and_model(cfg)
-    path = folder / "layernorm.py"
-    texts = {"layernorm": (path, files.read(path))}
+    texts = {p.stem: (p, files.read(p)) for p in sorted(folder.glob("*.py"))}
     return training.judged(folder, texts, b, drawn if model is None else model,
-                           {n: path for n in failing}, limit)
+                           {n: texts[n][0] for n in failing}, limit)
 
 
 def test_every_parameter_is_drawn_away_from_its_initial_value():
@@ -109,9 +109,23 @@ def test_a_pass_slow_at_the_models_sizes_is_stopped_and_named(tmp_path, monkeypa
     v = judge(tmp_path / "exercises", limit=1.0)
     assert not v["agree"] and v["stopped"] == "layernorm"
     assert v["error"] == (
-        "exercises/layernorm.py: layernorm_backward ran past the time limit of 1 s (your code "
-        "of one exercise, in one of the whole model's gradients) and was stopped: slow at the "
-        "model's sizes, or an endless loop? --time-limit gives it more")
+        "exercises/layernorm.py: layernorm_backward ran past the time limit of 1 s in one of "
+        "the whole model's gradients, and was stopped: slow at the model's sizes, or an "
+        "endless loop? --time-limit gives it more")
+
+
+def test_the_slow_pass_is_named_when_the_learners_layer_calls_it(tmp_path, monkeypatch):
+    """The learner's Add & Norm calls their layer norm in their process: the time is the
+    Add & Norm's, the function running when it is stopped is the layer norm."""
+    monkeypatch.chdir(tmp_path)
+    layernorm_file(tmp_path / "exercises", body=SLOW)
+    ex = EXERCISES["add_norm"]
+    (tmp_path / "exercises" / "add_norm.py").write_text(ex.solution_text())
+    v = judge(tmp_path / "exercises", limit=1.0)
+    assert v["stopped"] == "layernorm", v
+    assert v["error"].startswith(
+        "exercises/layernorm.py: layernorm_backward ran past the time limit of 1 s in one of "
+        "the whole model's gradients, called by your add_norm, and was stopped"), v["error"]
 
 
 def test_a_nan_in_the_run_stops_it_in_one_line_naming_the_file(tmp_path, monkeypatch):
