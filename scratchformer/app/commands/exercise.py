@@ -306,6 +306,10 @@ def run_train(args) -> int:
         print("verdict: PASSED: your backward passes give the engine's gradients in the "
               "whole model")
         return 0
+    if v.get("error"):  # an error, the time limit: said in the verdict's line above
+        print("verdict: FAILED: your code stopped the check of the whole model (see the "
+              "verdict above)")
+        return 1
     if v.get("run_stopped"):  # right on the one batch, and yet your code stopped the run
         print(f"verdict: FAILED: your code stopped your run: {v['run_stopped']}")
         return 1
