@@ -2,7 +2,7 @@
 # The verdict's evidence: each case of cases.py through `exercise train` (3 steps) or
 # `exercise check` (--seed 12345), with a tree, its output, exit status and wall time.
 #
-#   bash run.sh TREE LABEL [PYTHON]     # e.g. bash run.sh /tmp/before-60 before
+#   bash run.sh TREE LABEL [PYTHON [CASE ...]]   # e.g. bash run.sh /tmp/before-60 before
 #
 # Writes LABEL_<case>.txt (the command, its whole output, its exit status and wall time)
 # beside this script. The folders are made afresh in a scratch folder from this
@@ -13,10 +13,13 @@ here="$(cd "$(dirname "$0")" && pwd)"
 tree="$(cd "$1" && pwd)"
 label="$2"
 py="${3:-python}"
+shift 3 2>/dev/null || shift $#
+cases=("$@")
+[ ${#cases[@]} -gt 0 ] || cases=(train_gamma train_nan32 train_slow check_embedding_loop \
+                                  check_gelu_constant check_encoder_kv)
 work="$(mktemp -d)"
 PYTHONPATH="$tree" "$py" "$here/cases.py" "$work"
-for case in train_gamma train_nan32 train_slow check_embedding_loop check_gelu_constant \
-            check_encoder_kv; do
+for case in "${cases[@]}"; do
   cd "$work/$case"
   case "$case" in
     train_*) cmd=(exercise train --steps 3 --no-progress) ;;
