@@ -215,7 +215,7 @@ def demonstration(cfg, where: Path, texts: dict, progress: bool, echo,
         with contextlib.ExitStack() as stack:
             for name, fns in code.items():
                 watched = {f: _watched(fn, limit, lambda: trainer.step + 1, nan)
-                           for f, fn in fns.items()}
+                           if callable(fn) else fn for f, fn in fns.items()}
                 stack.enter_context(EXERCISES[name].plug(watched))
             run = Run.of(trainer, trainer.run())
         return {"curve": run.curve, "accuracy": run.accuracy, "params": run.params,
