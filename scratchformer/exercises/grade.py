@@ -15,7 +15,9 @@ more of shapes drawn from it (draw.py, draw_layers.py):
    inputs, which must be unchanged afterwards (guard.py: ``failing``, the array named);
 2. compare what it returned with what each catalogued mistake returns on the same
    inputs: equal (to ``MATCH_TOL``) on every input, shapes included, is that mistake;
-3. shapes, dtypes (in float64, and once in float32) and NaNs, one line each;
+3. shapes, dtypes and NaNs, one line each; and on float32 inputs, whose results must
+   be float32 (and, once the pass is right in float64, finite and within float32's
+   tolerance of the truth: precision.py, after step 5);
 4. the finite-difference check (``Exercise.numeric``): per gradient the largest
    relative error over the inputs and, for a wrong one, its worst entries; a gradient
    that is wrong and equals one mistake's version of it names that mistake, and before
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from scratchformer.engine import backend
 from scratchformer.engine.parity import relative_error
-from scratchformer.exercises import generic, shortcuts
+from scratchformer.exercises import generic, precision, shortcuts
 from scratchformer.exercises.guard import ChangedInput
 from scratchformer.exercises.spec import (
     DRAWN,
@@ -127,16 +129,19 @@ def diagnose(ex: Exercise, mine: list, ref: list, outputs: dict) -> list:
 
 def diagnose_parts(ex: Exercise, mine: list, ref: list, outputs: dict, wrong: list) -> list:
     """For gradients that are wrong, the mistakes that have exactly that wrong version
-    of them: ``[(mistake, [tensors])]``."""
+    of them: ``[(mistake, [tensors])]``. A mistake is named only when every gradient it
+    gets wrong is wrong in the learner's results in the same way: an encoder layer
+    that adds dx_kv past the norm has the norm's gradients of "the queries only", and
+    another dx, so it is not that mistake."""
     found = []
     for m in ex.mistakes:
         theirs = outputs[m.name]
         if not theirs:
             continue
-        tensors = [
-            t for t in wrong if _all_same(mine, theirs, [t]) and not _all_same(theirs, ref, [t])
-        ]
-        if tensors:
+        every = dict.fromkeys(t for r in ref for t in r)
+        marks = [t for t in every if not _all_same(theirs, ref, [t])]  # what it gets wrong
+        tensors = [t for t in wrong if t in marks and _all_same(mine, theirs, [t])]
+        if tensors and all(_all_same(mine, theirs, [t]) for t in marks):
             found.append((m, tensors))
     return found
 
@@ -174,16 +179,6 @@ def structure(ex: Exercise, mine: list, ref: list) -> str:
     return ""
 
 
-def dtype_problem(ex: Exercise, code: dict) -> str:
-    """The learner's results on float32 inputs must be float32 (the model trains in it)."""
-    mine = ex.outputs(code, "float32", limit=1)[0]
-    for k, got in mine.items():
-        if got.dtype != backend.np.float32:
-            return (
-                f"on float32 inputs {k} is {got.dtype}: make new arrays in the inputs' dtype "
-                "(e.g. xp.zeros(shape, dtype=dout.dtype))"
-            )
-    return ""
 
 
 # -- the finite-difference check ---------------------------------------------------------
@@ -264,7 +259,7 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool, text=None) -> None
         g.status, g.message = FAILING, problem
         if problem:
             return
-    problem = dtype_problem(ex, code)
+    problem, mine32 = precision.dtype_problem(ex, code, g.path, text)  # float32's dtype
     if problem:
         g.status, g.message = FAILING, problem
         return
@@ -285,6 +280,10 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool, text=None) -> None
             f"the gradients are right but {', '.join(lost[:4]) or 'some'} were not added "
             "into self.grads (+=): what was there before the call was lost"
         )
+    if numeric and g.status != FAILING:  # right in float64: float32's values, NaN
+        problem = precision.value_problem(ex, mine32, ref)
+        if problem:
+            g.status, g.message = FAILING, problem
 
 
 def _shortcut(ex: Exercise, path, text=None) -> str:

@@ -16,7 +16,9 @@ comparison, the diagnosis, ``exercise train``'s verdict all run here. So no rebi
 or patching inside the learner's process (of the grader, of NumPy, of the pipe) reaches
 the judgement.
 
-The learner's code gets ``limit`` seconds in all (an endless loop is stopped), a new
+The learner's code gets ``limit`` seconds in all (an endless loop is stopped; with
+``each``, ``exercise train``'s verdict, each exercise's code gets ``limit`` in all of
+each whole-model gradient: ``anew``), a new
 session without a terminal, a scratch copy of the folder as its current folder
 (sandbox.py), and what it prints is kept and shown under "your code printed:". When the
 session ends, every process the code started is ended (procs.py), what it changed in
@@ -27,6 +29,7 @@ CUDA context does not survive a fork), the code is graded in this process.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import multiprocessing
 import os
 import select
@@ -40,7 +43,7 @@ from scratchformer.engine import backend
 from scratchformer.engine.backend import np
 from scratchformer.exercises import EXERCISES, files, learner, procs, sandbox, wire
 from scratchformer.exercises import grade as grading
-from scratchformer.exercises.spec import LearnerError, NotWritten, Shortcut
+from scratchformer.exercises.spec import LearnerError, NotWritten, Shortcut, shown
 
 #: seconds the learner's code may run per exercise before it is stopped
 DEFAULT_LIMIT = 10.0
@@ -79,12 +82,20 @@ class Session:
     unavailable there (a check; not for ``train``, whose files passed theirs).
     ``keep``: paths of the folder the code may write. ``jobs``: ``{name: fn(code)}``
     run there by ``run`` (forked with it: the demonstration run). ``stream``: called
-    with each line the code prints, as it prints it (else the lines are kept)."""
+    with each line the code prints, as it prints it (else the lines are kept).
+    ``each``: ``limit`` is each exercise's (until ``anew``), as in its check, and an
+    error of a call names the file and the function (``stopped``: the exercise that
+    stopped)."""
 
     def __init__(self, texts: dict, folder, limit=DEFAULT_LIMIT, check=True, keep=(),
-                 jobs=None, stream=None):
+                 jobs=None, stream=None, each=False):
         self.texts, self.folder, self.limit = texts, Path(folder), limit
         self.check, self.keep, self.jobs, self.stream = check, keep, jobs or {}, stream
+        self.each = each
+        self.spent: dict = {}  # seconds per exercise since ``anew`` (None: loading)
+        self.most: dict = {}  # the most seconds per exercise between two ``anew``
+        self.current: str | None = None  # the exercise whose code runs now
+        self.stopped: str | None = None
         self.dead: LearnerError | None = None
         self.names: dict = {}
         self.active: tuple = ()
@@ -118,6 +129,7 @@ class Session:
         self.rep, rep_w = os.pipe()
         self.out, out_w = os.pipe()
         self.before = procs.children_now()
+        self.slot = mmap.mmap(-1, learner.SLOT)  # shared: the learner's function running
         texts = {n: (Path(p), t, str(self.box.scratch / Path(p).name), str(Path(p).resolve()))
                  for n, (p, t) in self.texts.items()}
         for stream in (sys.stdout, sys.stderr):  # nothing buffered is printed twice
@@ -130,7 +142,8 @@ class Session:
                     os.close(fd)
                 learner.start(parent, (req_r, rep_w, out_w), str(self.box.scratch),
                               self.box.name, self.box.token)
-                learner.serve(req_r, rep_w, learner.Learner(texts, self.check), self.jobs)
+                learner.serve(req_r, rep_w, learner.Learner(texts, self.check, self.slot),
+                              self.jobs)
             except BaseException:  # noqa: BLE001 - ours: said on the output pipe
                 traceback.print_exc()
             finally:
@@ -172,6 +185,8 @@ class Session:
             for fd in ("req", "rep", "out"):
                 with contextlib.suppress(OSError, AttributeError, TypeError):
                     os.close(getattr(self, fd))
+            if getattr(self, "slot", None) is not None:
+                self.slot.close()
         finally:
             self._guard.__exit__(None, None, None)
             self.notes += self.box.close()
@@ -205,7 +220,54 @@ class Session:
             finally:
                 self.active = old
 
+    def anew(self) -> None:
+        """Each exercise's code gets ``limit`` seconds again (with ``each``)."""
+        for k, t in self.spent.items():
+            self.most[k] = max(t, self.most.get(k, 0.0))
+        self.spent = {}
+
     def call(self, exercise: str, function: str, args: tuple, kwargs: dict):
+        self.current = exercise
+        try:
+            return self._call(exercise, function, args, kwargs)
+        except LearnerError as e:
+            if not self.each or isinstance(e, Shortcut):
+                raise
+            self.stopped = exercise  # (the time limit: the function running then)
+            raise self._named(e, exercise, function) from None
+        finally:
+            self.current = None
+
+    def _named(self, e: LearnerError, exercise: str, function: str) -> LearnerError:
+        """``e`` said with the learner's file and function, when it does not say them;
+        for the time limit, the function that was running then (one of the learner's
+        that ``function`` called, in their process: the slot says which)."""
+        if isinstance(e, TimeLimit):
+            top = exercise
+            inner = learner.running(self.slot) if getattr(self, "slot", None) else None
+            if inner and inner[0] in self.texts:
+                exercise, function = inner
+            self.stopped = exercise
+            called = "" if exercise == top else f", called by your {top}"
+            said = LearnerError(
+                f"{shown(str(self.texts[exercise][0]))}: {function} ran past the time limit "
+                f"of {self.limit:g} s in one of the whole model's gradients{called}, and was "
+                "stopped: slow at the model's sizes, or an endless loop? --time-limit gives "
+                "it more")
+            said.at = None
+            if self.dead is e:
+                self.dead = said
+            return said
+        where = shown(str(self.texts[exercise][0]))
+        if where in str(e):
+            return e
+        said = LearnerError(f"{where}: {function}: {e}")
+        said.at = getattr(e, "at", None)
+        if self.dead is e:
+            self.dead = said
+        return said
+
+    def _call(self, exercise: str, function: str, args: tuple, kwargs: dict):
         given = wire.slots(args, kwargs)
         read_only = [n for n, (a, _, _) in given.items()
                      if isinstance(a, np.ndarray) and not a.flags.writeable]
@@ -262,7 +324,9 @@ class Session:
                 self.pid = None
             raise
         finally:
-            self.used += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.used += dt
+            self.spent[self.current] = self.spent.get(self.current, 0.0) + dt
         if seq != self._seq:
             self.dead = tampered("an answer out of turn (written into the checker's pipe)")
             raise self.dead
@@ -271,9 +335,10 @@ class Session:
     def _left(self, t0: float) -> float | None:
         if self.limit is None:
             return None
-        left = self.limit - self.used - (time.perf_counter() - t0)
+        spent = self.spent.get(self.current, 0.0) if self.each else self.used
+        left = self.limit - spent - (time.perf_counter() - t0)
         if left <= 0:
-            raise LearnerError(
+            raise TimeLimit(
                 f"your code ran past the time limit of {self.limit:g} s and was stopped (an "
                 "endless loop? --time-limit gives it more)"
             )
@@ -368,9 +433,9 @@ class InProcess:
     learner's files loaded and run in this process, nothing isolated."""
 
     def __init__(self, texts: dict, folder=None, limit=None, check=True, keep=(), jobs=None,
-                 stream=None):
+                 stream=None, each=False):
         self.texts, self.jobs = texts, jobs or {}
-        self.dead, self.notes, self.printed = None, [], []
+        self.dead, self.notes, self.printed, self.stopped = None, [], [], None
         self.loaded: dict = {}
 
     def __enter__(self) -> InProcess:
@@ -404,6 +469,10 @@ class InProcess:
 def session(texts: dict, folder, **kw):
     """A ``Session`` for the files ``texts``, or ``InProcess`` where there can be none."""
     return Session(texts, folder, **kw) if available() else InProcess(texts, folder, **kw)
+
+
+class TimeLimit(LearnerError):
+    """The learner's code ran past its time limit, and was stopped."""
 
 
 def tampered(what: str) -> Shortcut:
@@ -476,5 +545,5 @@ def graded(ex, path, seed=None, limit: float | None = DEFAULT_LIMIT):
     return g
 
 
-__all__ = ["DEFAULT_LIMIT", "InProcess", "Session", "available", "graded", "session",
-           "shown_line"]
+__all__ = ["DEFAULT_LIMIT", "InProcess", "Session", "TimeLimit", "available", "graded",
+           "session", "shown_line"]

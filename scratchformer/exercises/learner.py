@@ -185,9 +185,10 @@ def no_forward(ex, namespace: dict, paths: set):
 class Learner:
     """The learner's functions, per exercise, and how to call them."""
 
-    def __init__(self, texts: dict, check: bool):
+    def __init__(self, texts: dict, check: bool, slot=None):
         # {exercise: (path as given, text, its copy in the scratch folder, absolute path)}
         self.texts, self.check = texts, check
+        self.slot = slot  # shared with the checker: the learner's function running now
         self.code: dict = {}
         self.namespaces: dict = {}  # the whole of each file's namespace
         self.plugged: tuple = ()
@@ -215,14 +216,22 @@ class Learner:
         self.stack.close()
         self.stack = contextlib.ExitStack()
         for name in plugged:
-            self.stack.enter_context(EXERCISES[name].plug(self.code[name]))
+            self.stack.enter_context(EXERCISES[name].plug(self.marked(name)))
         self.plugged = plugged
+
+    def marked(self, exercise: str) -> dict:
+        """The exercise's functions, each saying in ``slot`` while it runs that it does
+        (the checker, stopping the code at its time limit, names what ran then)."""
+        if self.slot is None:
+            return self.code[exercise]
+        return {f: _marking(fn, exercise, f, self.slot) if callable(fn) else fn
+                for f, fn in self.code[exercise].items()}
 
     def call(self, exercise, function, read_only, plugged, data):
         ex = EXERCISES[exercise]
         self.plug(tuple(plugged))
         args, kwargs = wire.read_request(data)
-        fn = self.code[exercise][function]
+        fn = self.marked(exercise)[function]
         path = self.texts[exercise][3]
         doing = " / ".join(ex.functions) if ex.kind == "layer" else function
         given = wire.slots(args, kwargs)
@@ -234,7 +243,7 @@ class Learner:
         try:
             with contextlib.ExitStack() as stack:
                 if ex.kind == "layer" and exercise not in plugged:
-                    stack.enter_context(ex.plug(self.code[exercise]))
+                    stack.enter_context(ex.plug(self.marked(exercise)))
                 stack.enter_context(learner_code(str(path), doing))
                 if self.check:
                     stack.enter_context(no_forward(ex, self.namespaces[exercise], self.paths))
@@ -254,6 +263,33 @@ class Learner:
         gone = [n for n in before if n not in now]
         aliases = {id(a): n for n, (a, _, _) in now.items()}
         return "ok", _aliased(result, aliases), changed, gone
+
+
+#: bytes of the slot that says which learner's function runs
+SLOT = 256
+
+
+def _marking(fn, exercise: str, function: str, slot):
+    """``fn`` writing ``exercise NUL function`` into ``slot`` while it runs (what ran
+    before it, back when it returns)."""
+    label = f"{exercise}\0{function}".encode()[: SLOT - 1].ljust(SLOT, b"\0")
+
+    def marked(*args, **kwargs):
+        before = slot[:]
+        slot[:] = label
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            slot[:] = before
+
+    marked.__name__ = marked.__qualname__ = getattr(fn, "__name__", function)
+    return marked
+
+
+def running(slot) -> tuple[str, str] | None:
+    """``(exercise, function)`` that ``slot`` says runs, or None."""
+    parts = bytes(slot[:]).rstrip(b"\0").decode("utf-8", "replace").split("\0")
+    return (parts[0], parts[1]) if len(parts) == 2 else None
 
 
 def _aliased(x, aliases: dict):
@@ -327,4 +363,4 @@ def serve(req: int, rep: int, lrn, jobs: dict) -> None:
             view = view[os.write(rep, view) :]
 
 
-__all__ = ["Learner", "answer", "forbidden", "serve", "start", "tripwire"]
+__all__ = ["SLOT", "Learner", "answer", "forbidden", "running", "serve", "start", "tripwire"]

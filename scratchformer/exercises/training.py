@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ from scratchformer.engine.errors import ScratchformerError
 from scratchformer.engine.parity import relative_error
 from scratchformer.exercises import EXERCISES, files, isolate, verdict
 from scratchformer.exercises.grade import FAILING
-from scratchformer.exercises.spec import LearnerError, new_seed
+from scratchformer.exercises.spec import LearnerError, file_of, learner_code, new_seed, shown
 
 
 class NothingToTrain(ScratchformerError):
@@ -139,13 +140,15 @@ def train_both(where: Path, steps=None, sets=(), progress=True, echo=print, limi
         with contextlib.suppress(LearnerError, OSError):
             texts[name] = (path, files.read(path))
     b, model, model_config = verdict.batch_and_model(cfg_yours)
-    v = judged(where, texts, b, model, failing)
+    v = judged(where, texts, b, model, failing, limit or isolate.DEFAULT_LIMIT)
     echo("")
     for line in v.pop("printed", []):
         echo(line)
     for line in verdict.lines(v):
         echo(line)
-    found = {n: p for n, p in found.items() if n in texts}
+    found = {n: p for n, p in found.items() if n in texts and n != v.get("stopped")}
+    if v.get("stopped") in texts:
+        echo(f"{v['stopped']} stopped the verdict: your run uses the engine's in its place")
     if not found:
         return v, None, None, []
     echo(f"\n== a demonstration, your run: {cfg_yours.out_dir} ==")
@@ -153,8 +156,10 @@ def train_both(where: Path, steps=None, sets=(), progress=True, echo=print, limi
     # the run itself is made again, and trained, in the learner's process
     Trainer(cfg_yours, overwrite=True, progress=False, echo=lambda *a: None).lock.release()
     _say_whose(found, model_config, echo)
-    yours = demonstration(cfg_yours, where, {n: texts[n] for n in found}, progress, echo)
-    if yours is None:
+    yours = demonstration(cfg_yours, where, {n: texts[n] for n in found}, progress, echo,
+                          limit or isolate.DEFAULT_LIMIT)
+    if isinstance(yours, str):  # your code stopped the run: that fails too
+        v["agree"], v["run_stopped"] = False, yours
         return v, None, None, list(found)
     echo(f"\n== the engine's run of the same config, for comparison: {cfg_engine.out_dir} ==")
     t0 = time.perf_counter()
@@ -165,18 +170,24 @@ def train_both(where: Path, steps=None, sets=(), progress=True, echo=print, limi
     return v, yours, engine, list(found)
 
 
-def judged(where: Path, texts: dict, b, model, failing: dict) -> dict:
+def judged(where: Path, texts: dict, b, model, failing: dict, limit=None) -> dict:
     """The verdict (verdict.py) of the learner's files ``texts`` (``{name: (path,
-    text)}``), computed here with their functions run in a process of their own."""
+    text)}``), computed here with their functions run in a process of their own, each
+    exercise's code for ``limit`` seconds in all of each whole-model gradient (as in its
+    check; None: no limit)."""
     v, s = None, None
     try:
-        with isolate.session(texts, where, limit=None, check=False) as s:
+        with isolate.session(texts, where, limit=limit, check=False, each=True) as s:
             if s.dead is not None:
                 raise s.dead
             v = verdict.verdict(b, model, s, list(texts), failing)
     except LearnerError as e:
-        v = {"agree": False, "error": str(e), "blamed": [], "worst": [], "count": 0, "total": 0}
+        v = {"agree": False, "error": str(e), "blamed": [], "worst": [], "count": 0, "total": 0,
+             "stopped": getattr(s, "stopped", None)}
     v["failing"] = list(failing)
+    if s is not None and hasattr(s, "anew"):  # the most seconds of each exercise's code
+        s.anew()
+        v["spent"] = dict(s.most)
     if s is not None:
         if s.notes:
             v["agree"], v["notes"] = False, s.notes
@@ -184,20 +195,28 @@ def judged(where: Path, texts: dict, b, model, failing: dict) -> dict:
     return v
 
 
-def demonstration(cfg, where: Path, texts: dict, progress: bool, echo) -> Run | None:
+def demonstration(cfg, where: Path, texts: dict, progress: bool, echo,
+                  limit: float | None = None) -> Run | str | None:
     """The run ``cfg`` trained in the learner's code's process, with every exercise of
-    ``texts`` in place: it decides nothing, and what it prints is shown as that
-    process's. The run's record, or None when it stopped (said)."""
+    ``texts`` in place, each call of the learner's code stopped after ``limit`` seconds:
+    the curves decide nothing, and what it prints is shown as that process's. The run's
+    record; or the line that says why the run stopped in the learner's process (an error
+    of their code, a NaN or inf it returned, the time limit: said, and it fails); None
+    when that process gave back no record (said)."""
 
     # the learner's process works in a scratch folder: the run's folder by its full path
     cfg = dataclasses.replace(cfg, run_dir=str(cfg.out_dir.resolve()))
+    # in mixed precision an overflow is the loss scaler's to skip, not an error
+    nan = cfg.train.precision == "float32"
 
     def job(code: dict) -> dict:  # runs in the learner's process
         t0 = time.perf_counter()
         trainer = Trainer(cfg, overwrite=True, progress=progress, echo=print)
         with contextlib.ExitStack() as stack:
             for name, fns in code.items():
-                stack.enter_context(EXERCISES[name].plug(fns))
+                watched = {f: _watched(fn, limit, lambda: trainer.step + 1, nan)
+                           if callable(fn) else fn for f, fn in fns.items()}
+                stack.enter_context(EXERCISES[name].plug(watched))
             run = Run.of(trainer, trainer.run())
         return {"curve": run.curve, "accuracy": run.accuracy, "params": run.params,
                 "losses": [[int(k), float(x)] for k, x in run.losses],
@@ -212,7 +231,7 @@ def demonstration(cfg, where: Path, texts: dict, progress: bool, echo) -> Run | 
             data = s.run("demo")
     except LearnerError as e:
         echo(f"your run stopped: {e}")
-        return None
+        return str(e)
     for note in s.notes:
         echo(note)
     try:
@@ -220,6 +239,64 @@ def demonstration(cfg, where: Path, texts: dict, progress: bool, echo) -> Run | 
     except (TypeError, ValueError, KeyError, AttributeError):
         echo("your run's process gave back no record of the run it trained")
         return None
+
+
+class _Late(BaseException):  # noqa: N818 - a signal's, never the learner's to catch
+    """A call of the learner's code ran past its limit (raised by SIGALRM)."""
+
+
+_DEPTH = [0]  # learner's calls in progress: only the outermost is timed
+
+
+def _watched(fn, limit, step, nan=True):
+    """``fn``, a learner's function, as the demonstration run calls it in the learner's
+    process: an error said in one line with the file's line (``learner_code``), a call
+    stopped after ``limit`` seconds, and (``nan``) NaN or inf returned on finite inputs
+    an error naming the file and the step (``step()``)."""
+    path = file_of(fn)
+    name = getattr(fn, "__name__", "your function")
+
+    def late(signum, frame):
+        raise _Late
+
+    def call(*args, **kwargs):
+        outer = _DEPTH[0] == 0 and limit is not None
+        finite = nan and _finite(args)
+        if outer:
+            before = signal.signal(signal.SIGALRM, late)
+            signal.setitimer(signal.ITIMER_REAL, limit)
+        _DEPTH[0] += 1
+        try:
+            with learner_code(path, name):
+                result = fn(*args, **kwargs)
+        except _Late:
+            raise LearnerError(
+                f"{shown(path)}: {name} ran past the time limit of {limit:g} s in one call, at "
+                f"step {step()} of your run, and was stopped: slow at the model's sizes? "
+                "--time-limit gives it more") from None
+        finally:
+            _DEPTH[0] -= 1
+            if outer:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, before)
+        if finite and not (_finite(result) and _finite(args)):
+            raise LearnerError(
+                f"{shown(path)}: {name} returned NaN or inf at step {step()} of your run, on "
+                "finite inputs (float32: a constant that underflows or overflows there?)")
+        return result
+
+    call.__name__ = call.__qualname__ = name
+    call.learner_file = path
+    return call
+
+
+def _finite(x) -> bool:
+    """Every array in ``x`` (an array, or a tuple or list of them) is finite."""
+    if isinstance(x, (tuple, list)):
+        return all(_finite(v) for v in x)
+    if backend.is_array(x) and x.dtype.kind == "f":
+        return bool(backend.xp.isfinite(x).all())
+    return True
 
 
 def _say_whose(found: dict, model, echo) -> None:

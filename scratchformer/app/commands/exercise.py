@@ -94,12 +94,14 @@ def add_parser(sub) -> None:
             "train",
             help="train the default run with your backward passes, the engine's run beside it",
             description="The verdict first: the default model's gradients of every parameter "
-            "on one batch (float64), and Adam's update, with your backward passes in place of "
-            "the engine's, against the engine's; the exit status is 0 when they agree, and "
-            "the exercise that makes them differ is named. Then, as a demonstration that "
-            "decides nothing, the default run (reverse strings) trained with every pass of "
-            "yours that passes its check, and the engine's run beside it: loss curves, "
-            "held-out accuracy, final parameters (in runs/yours and runs/engine).",
+            "on one batch, every parameter drawn away from its initial value, and Adam's "
+            "update, with your backward passes in place of the engine's, against the "
+            "engine's in float64 and against that truth in float32; the exit status is 0 "
+            "when they agree, and the exercise that makes them differ is named. Then, as a "
+            "demonstration whose curves decide nothing, the default run (reverse strings) "
+            "trained with every pass of yours that passes its check, and the engine's run "
+            "beside it: loss curves, held-out accuracy, final parameters (in runs/yours and "
+            "runs/engine); a run your code stops (an error, a NaN, the time limit) fails.",
         )
     )
     q.add_argument("--steps", type=COUNT, help="optimizer steps of both runs (default 3000)")
@@ -108,7 +110,8 @@ def add_parser(sub) -> None:
         type=float,
         default=isolate.DEFAULT_LIMIT,
         metavar="SECONDS",
-        help="stop your code of one exercise's check after this long "
+        help="stop your code of one exercise after this long in all in its check and "
+        "in each of the verdict's gradients, and one call of it in the run "
         f"(default {isolate.DEFAULT_LIMIT:g}; a busy machine may need more)",
     )
     q.add_argument(
@@ -303,6 +306,13 @@ def run_train(args) -> int:
         print("verdict: PASSED: your backward passes give the engine's gradients in the "
               "whole model")
         return 0
+    if v.get("error"):  # an error, the time limit: said in the verdict's line above
+        print("verdict: FAILED: your code stopped the check of the whole model (see the "
+              "verdict above)")
+        return 1
+    if v.get("run_stopped"):  # right on the one batch, and yet your code stopped the run
+        print(f"verdict: FAILED: your code stopped your run: {v['run_stopped']}")
+        return 1
     print("verdict: FAILED: your backward passes do not give the engine's gradients in the "
           "whole model (see the verdict above)")
     return 1
