@@ -366,7 +366,8 @@ def test_dev_and_test_shares_leaving_no_training_data(refused):
 
 
 @pytest.mark.parametrize(
-    "command, setting", [("train", "train.max_tokens"), ("translate", "--batch-size, --beam or --samples")]
+    "command, setting",
+    [("train", "train.max_tokens"), ("translate", "--batch-size, --beam or --samples")],
 )
 def test_out_of_gpu_memory_is_one_line_naming_the_setting(monkeypatch, capsys, command, setting):
     """CuPy's OutOfMemoryError (it imports without a GPU) as one line: where, CuPy's
