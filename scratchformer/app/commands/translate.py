@@ -208,7 +208,9 @@ def _interactive(args, check, decode, source, limit, step: int) -> int:
             if prompt:
                 print("> ", end="", file=sys.stderr, flush=True)
             numbered = next(lines, None)
-            if numbered is None:
+            if numbered is None:  # Ctrl-D: the closing line below the prompt, not after it
+                if prompt:
+                    print(file=sys.stderr)
                 break
             try:
                 got = decode(list(check([numbered])), None)
