@@ -113,8 +113,8 @@ def add_sampling_flags(p, defaults: dict | None = None, samples_aliases=()) -> N
                    help="sample among the most likely tokens whose probability reaches p "
                         "(nucleus; 1: all, the default)")
     p.add_argument("--seed", type=NONNEGATIVE, default=d.get("seed"),
-                   help="sampling seed: a line's samples are fixed by it and the line's "
-                        "position (default 0)")
+                   help="sampling seed (default 0): an input's samples depend on it and "
+                        "the input's line number alone")
     p.add_argument("--samples", *samples_aliases, dest="samples", type=COUNT,
                    default=d.get("samples"), help="samples per input (default 1)")
 
