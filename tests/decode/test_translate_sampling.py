@@ -85,8 +85,9 @@ def test_cli_sample_lines_are_the_api_s_and_fixed_by_the_line_number(
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--top-p", "0.9"], "--top-p set(s) sampling: add --sample, or drop it"),
-        (["--seed", "1", "--samples", "2"], "--seed, --samples set(s) sampling"),
+        (["--top-p", "0.9"], "--top-p is a sampling flag: add --sample, or drop it"),
+        (["--seed", "1", "--samples", "2"], "--seed, --samples are sampling flags: add "
+                                            "--sample, or drop them"),
         (["--sample", "--greedy"], "--sample and --greedy are two ways to decode"),
         (["--sample", "--nbest", "2"], "--nbest ranks the hypotheses of a beam search"),
         (["--sample", "--no-repeat-ngram", "2"], "--no-repeat-ngram applies to beam search"),

@@ -121,7 +121,8 @@ def check_search(args) -> None:
         raise ScratchformerError("--greedy gives one output without scores: drop --nbest/--scores")
     given = sampling_given(args)
     if given and not args.sample:
-        raise ScratchformerError(f"{', '.join(given)} set(s) sampling: add --sample, or drop "
+        what = "is a sampling flag" if len(given) == 1 else "are sampling flags"
+        raise ScratchformerError(f"{', '.join(given)} {what}: add --sample, or drop "
                                  f"{'it' if len(given) == 1 else 'them'}")
     if args.sample:
         if args.greedy:
