@@ -73,12 +73,14 @@ def test_the_api_page_shows_the_readme_s_training_snippet():
 
 
 def test_the_readme_s_training_snippet_runs_with_fewer_steps(tmp_path):
-    """As printed but for 20 steps (the slow test below runs all of it): it trains with
-    the shipped config and the overrides, prints the final model's test accuracy, and
-    translates with its checkpoint."""
+    """As printed but for 20 steps and fewer strings (the slow test below runs all of
+    it): it trains with the shipped config and the overrides, prints the final model's
+    test accuracy, and translates with its checkpoint."""
     snippet = python_block_after(SNIPPET_HEADING)
-    assert '"steps": 600' in snippet
-    printed = run_snippet(snippet.replace('"steps": 600', '"steps": 20'), tmp_path)
+    overrides = '"train": {"steps": 600}'
+    assert overrides in snippet
+    fewer = '"train": {"steps": 20}, "task": {"train_size": 500, "valid_size": 20, "test_size": 20}'
+    printed = run_snippet(snippet.replace(overrides, fewer), tmp_path)
     assert 0.0 <= float(printed[-2]) <= 1.0
     outputs = ast.literal_eval(printed[-1])
     assert isinstance(outputs, list) and len(outputs) == 2
