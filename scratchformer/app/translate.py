@@ -103,6 +103,19 @@ def loop_hint(looping: int, total: int) -> str | None:
     )
 
 
+#: what ends a line for ``str.splitlines`` (and for the tools that read our output), and
+#: the tab that separates the fields of the n-best lines
+_BREAKS = str.maketrans({c: " " for c in "\n\r\t\v\f\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks and tabs written as spaces: what a command writes
+    for one input stays one line (and one field). A model's output holds them only when
+    its vocabulary can spell them, as the byte pieces of a BPE vocabulary can, and a
+    sample may draw them."""
+    return text.translate(_BREAKS)
+
+
 def _too_long(where: str, n: int, limit: int) -> DecodeError:
     return DecodeError(
         f"{where} has {n} tokens, more than the {limit} positions this model supports "
@@ -242,5 +255,5 @@ def translate(
     return [t[0].text if t else "" for t in nb]
 
 
-__all__ = ["CHUNK_SIZE", "TRANSLATE", "SourceCheck", "Translation", "chunked", "translate",
-           "translate_nbest"]
+__all__ = ["CHUNK_SIZE", "TRANSLATE", "SourceCheck", "Translation", "chunked", "one_line",
+           "translate", "translate_nbest"]

@@ -179,3 +179,23 @@ def test_ctrl_c_ends_an_interactive_session_cleanly(model_and_tokenizer, checkpo
             p.kill()
     assert p.returncode == 0, err
     assert out == "" and "Traceback" not in err and "translated 1 sentence in" in err
+
+
+def test_an_output_s_line_breaks_and_tabs_are_written_as_spaces(checkpoint, tmp_path, capsys,
+                                                               monkeypatch):
+    """A sample may draw the byte pieces that spell a line break or a tab (a BPE
+    vocabulary's): each input still gives its one line, or its n lines of five fields."""
+    from scratchformer.app import translate as text_api  # noqa: PLC0415
+    from scratchformer.app.commands import translate as command  # noqa: PLC0415
+    from scratchformer.engine.decode import Hypothesis  # noqa: PLC0415
+
+    assert text_api.one_line("a\nb\r\nc\td\u2028e") == "a b  c d e"
+    broken = text_api.Translation("two\nlines\tand a tab", Hypothesis([4], -1.0, -2.0))
+    monkeypatch.setattr(command, "translate", lambda *a, **k: [broken.text])
+    monkeypatch.setattr(command, "translate_nbest", lambda *a, **k: [[broken, broken]])
+    src = tmp_path / "one.txt"
+    src.write_text("the cat\n", encoding="utf-8")
+    argv = ["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--sample"]
+    assert _out(capsys, argv) == ["two lines and a tab"]
+    lines = _out(capsys, [*argv, "--samples", "2"])
+    assert [len(ln.split("\t")) for ln in lines] == [5, 5]

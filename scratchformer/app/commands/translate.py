@@ -24,7 +24,8 @@ rank being the sample's number (samples are not ranked: the score is the sample'
 log-probability under the model over the length penalty of ``--alpha``). ``--nbest`` is
 beam search's: with ``--sample`` ask for ``--samples``; ``--sample`` with ``--greedy``,
 ``--nbest`` or ``--no-repeat-ngram`` is refused, and so are the sampling flags without
-``--sample``.
+``--sample``. An output's line breaks and tabs (byte pieces a sample may draw) are
+written as spaces: each input keeps its line, or its N lines.
 
 ``--interactive`` translates each line of standard input as soon as it is read and
 writes its output at once (the n-best or samples with ``--nbest``, ``--samples`` or
@@ -76,6 +77,7 @@ from scratchformer.app.translate import (
     chunked,
     loop_hint,
     loops,
+    one_line,
     translate,
     translate_nbest,
 )
@@ -230,15 +232,16 @@ def _interactive(args, check, decode, source, limit, step: int) -> int:
 def _decoder(args, model, tokenizer):
     """``decode(chunk, progress) -> output lines``: one chunk of ``(line number,
     sentence)`` pairs decoded as the options ask, its lines in input order (one per
-    sentence, or the n-best lines or samples of each); a line's samples are seeded by
-    its number counted from 0."""
+    sentence, or the n-best lines or samples of each; ``one_line``: an output's line
+    breaks and tabs as spaces); a line's samples are seeded by its number counted
+    from 0."""
     options, batch = decode_options(args), args.batch_size
     one = args.nbest == 1 and options.samples == 1 and not args.scores
     if args.greedy or one:
-        return lambda chunk, progress: translate(
+        return lambda chunk, progress: list(map(one_line, translate(
             model, tokenizer, [s for _, s in chunk], options, batch_size=batch,
             progress=progress, positions=[lineno - 1 for lineno, _ in chunk],
-        )
+        )))
 
     def nbest_lines(chunk, progress):
         sentences = [s for _, s in chunk]
@@ -250,7 +253,8 @@ def _decoder(args, model, tokenizer):
                 lines.append("")
             for rank, t in enumerate(nb, start=1):
                 h = t.hypothesis
-                lines.append(f"{lineno}\t{rank}\t{h.score:.6f}\t{h.logprob:.6f}\t{t.text}")
+                lines.append(f"{lineno}\t{rank}\t{h.score:.6f}\t{h.logprob:.6f}\t"
+                             f"{one_line(t.text)}")
         return lines
 
     return nbest_lines
