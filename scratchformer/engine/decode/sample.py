@@ -153,17 +153,14 @@ def sample_decode(
     kv = model.init_kv(memory, src_mask, n, int(max_lens.max()) + 1, padded)
     generators = row_generators(options.seed, pos, n)
 
-    outputs = [[] for _ in range(B * n)]  # by original row b * n + j
-    logprob = np.zeros(B * n)
-    done = np.zeros(B * n, dtype=bool)
-    wrote = np.zeros(B * n, dtype=bool)  # whether each row's tokens write text yet
+    drawn = _Drawn(B * n, cfg.eos_id, writes)
     active = np.arange(B)  # the sentences still sampling
     rows = np.arange(B * n)  # the original row of each live row
     tokens = start_column(B * n, cfg, options)  # (R, 1)
     for step in range(int(max_lens.max()) + 1):
         scores = next_scores(model, tokens, kv)  # (R, V) logits
         lse = log_normalizer(scores)  # (R,) float64, before the rules
-        silent = None if writes is None else ~wrote[rows]
+        silent = None if writes is None else ~drawn.wrote[rows]
         row_lens = np.repeat(max_lens[active], n)  # (R,)
         scores = constrain(scores, step, row_lens, options.min_len, cfg, silent, writes)
         tok = sample_next(scores, options.temperature, options.top_k, options.top_p,
@@ -171,17 +168,8 @@ def sample_decode(
         lp = backend.asnumpy(scores[xp.arange(len(rows)), backend.asarray(tok)] - lse)
         if np.isnan(lp).any():
             raise nan_scores(model)
-        for r, t, q in zip(rows, tok.tolist(), lp.tolist()):
-            if done[r]:
-                continue  # a finished sample's row runs on with its sentence, unread
-            logprob[r] += q
-            if t == cfg.eos_id:
-                done[r] = True
-            else:
-                outputs[r].append(t)
-                if writes is not None:
-                    wrote[r] |= bool(writes[t])
-        finished = done[rows].reshape(-1, n).all(axis=1)  # (Ba,) sentences done
+        drawn.take(rows, tok, lp)
+        finished = drawn.done[rows].reshape(-1, n).all(axis=1)  # (Ba,) sentences done
         if finished.all():
             break
         if finished.any():
@@ -190,12 +178,42 @@ def sample_decode(
             kv.reorder(kept_rows, sentences=keep)
             active, rows, tok = active[keep], rows[kept_rows], tok[kept_rows]
         tokens = tok[:, None].astype(np.int64)  # (R, 1) host: decode_step moves it
-    return [
-        [Hypothesis(outputs[r], float(logprob[r] / length_penalty(len(outputs[r]) + 1,
-                                                                    options.alpha)),
-                    float(logprob[r])) for r in range(b * n, (b + 1) * n)]
-        for b in range(B)
-    ]
+    return drawn.hypotheses(B, n, options.alpha)
+
+
+class _Drawn:
+    """What the samples of ``sample_decode`` drew so far, by original row (b * n + j)."""
+
+    def __init__(self, rows: int, eos: int, writes=None):
+        np = backend.np
+        self.eos, self.writes = eos, writes
+        self.outputs = [[] for _ in range(rows)]  # tokens, without <eos>
+        self.logprob = np.zeros(rows)  # log P of the tokens (and <eos> once drawn)
+        self.done = np.zeros(rows, dtype=bool)  # drew <eos>
+        self.wrote = np.zeros(rows, dtype=bool)  # whether its tokens write text yet
+
+    def take(self, rows, tok, lp) -> None:
+        """Row ``rows[i]`` drew ``tok[i]`` of log-probability ``lp[i]`` (host arrays);
+        a row done before runs on with its sentence, and its draws are not read."""
+        for r, t, q in zip(rows, tok.tolist(), lp.tolist()):
+            if self.done[r]:
+                continue
+            self.logprob[r] += q
+            if t == self.eos:
+                self.done[r] = True
+            else:
+                self.outputs[r].append(t)
+                if self.writes is not None:
+                    self.wrote[r] |= bool(self.writes[t])
+
+    def hypotheses(self, B: int, n: int, alpha: float) -> list[list[Hypothesis]]:
+        """Per sentence, its n samples as ``Hypothesis``, scored as beam search scores."""
+        def one(r):
+            lp = float(self.logprob[r])
+            return Hypothesis(self.outputs[r], lp / length_penalty(len(self.outputs[r]) + 1,
+                                                                    alpha), lp)
+
+        return [[one(r) for r in range(b * n, (b + 1) * n)] for b in range(B)]
 
 
 def generate(
