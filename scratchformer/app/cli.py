@@ -314,9 +314,9 @@ def _end_every_rank(args, e: Exception) -> int:
 #: what to lower when a command runs out of memory, by command
 LOWER = {
     "train": "lower train.max_tokens (--max-tokens; raise --accum-steps to keep the batch)",
-    "translate": "lower --batch-size or --beam",
+    "translate": "lower --batch-size, --beam or --samples",
     "evaluate": "lower --batch-size or --beam",
-    "generate": "ask for fewer --samples or a shorter --max-new-tokens",
+    "generate": "ask for fewer --samples or a shorter --max-new",
     "gradcheck": "check a smaller model (--preset, --layers) or fewer --directions",
 }
 

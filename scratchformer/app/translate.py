@@ -1,4 +1,5 @@
-"""Text in, text out: tokenize, batch by length, beam search (or greedy), detokenize.
+"""Text in, text out: tokenize, batch by length, beam search (or greedy, or sampling),
+detokenize.
 
     from scratchformer.app.checkpoint import load_checkpoint
     from scratchformer.app.data import tokenizer_from_dict
@@ -26,7 +27,11 @@ Documented behaviour for awkward input:
 
 Sentences are sorted by length into batches of ``batch_size`` (less padding) and the
 results put back in input order; thanks to the batch-invariance of the searches this
-changes nothing but speed.
+changes nothing but speed. Sampling (``search="sample"``) draws the samples of the
+sentence at position i from generators of ``(seed, i, sample)``: its position in
+``sentences`` unless ``positions`` says otherwise (a command that reads a file in
+chunks gives each line's number, counted from 0), so a line's samples do not depend on
+the batches, the chunks or the lines around it.
 
 Commands that translate a whole file stream it: ``chunked`` cuts the numbered lines
 into chunks of ``CHUNK_SIZE``, each translated (sorted and batched within the chunk)
@@ -52,6 +57,7 @@ from scratchformer.engine.decode.beam import beam_search
 from scratchformer.engine.decode.common import DecodeError, Hypothesis, writing_tokens
 from scratchformer.engine.decode.greedy import greedy_decode
 from scratchformer.engine.decode.options import DecodeOptions, options_of
+from scratchformer.engine.decode.sample import sample_decode
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,19 @@ def loop_hint(looping: int, total: int) -> str | None:
         "scores are good, the input is the likely cause; if not, train it longer (--resume "
         "--steps N continues its run)"
     )
+
+
+#: what ends a line for ``str.splitlines`` (and for the tools that read our output), and
+#: the tab that separates the fields of the n-best lines
+_BREAKS = str.maketrans({c: " " for c in "\n\r\t\v\f\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks and tabs written as spaces: what a command writes
+    for one input stays one line (and one field). A model's output holds them only when
+    its vocabulary can spell them, as the byte pieces of a BPE vocabulary can, and a
+    sample may draw them."""
+    return text.translate(_BREAKS)
 
 
 def _too_long(where: str, n: int, limit: int) -> DecodeError:
@@ -181,19 +200,32 @@ def _pad(encoded, idx, pad_id: int):
 TRANSLATE = DecodeOptions(min_len=1)
 
 
+def _positions(positions, n: int) -> list[int]:
+    """The position of each of ``n`` sentences (default 0 .. n-1), checked."""
+    if positions is None:
+        return list(range(n))
+    pos = list(positions)
+    if len(pos) != n:
+        raise DecodeError(f"positions gives {len(pos)} numbers for {n} sentences")
+    return pos
+
+
 def translate_nbest(
     model, tokenizer, sentences, options: DecodeOptions | None = None, *, batch_size=32,
-    progress=None, **settings,
+    progress=None, positions=None, **settings,
 ) -> list[list[Translation]]:
     """Decode ``sentences`` (a list of str) as ``options`` (else ``TRANSLATE``, with the
     fields named in ``settings``) say; per sentence up to ``options.nbest``
-    ``Translation``s, best first (an empty list for an empty sentence; greedy search gives
-    one, whose score and log-probability are not computed: NaN). ``progress``: called
-    with the number of sentences of each batch once it is decoded."""
+    ``Translation``s, best first, or its ``options.samples`` samples in the order drawn
+    (an empty list for an empty sentence; greedy search gives one, whose score and
+    log-probability are not computed: NaN). ``progress``: called with the number of
+    sentences of each batch once it is decoded; ``positions``: the position of each
+    sentence that seeds its samples (default 0, 1, 2, ...)."""
     options = options_of(options, TRANSLATE, settings)
     end = options.source_end
     end = model.config.source_end_id if end is None else end  # Marian's </s>, if any
     encoded = _encode_all(model, tokenizer, sentences, end)
+    pos = _positions(positions, len(encoded))
     writes = writing_tokens(tokenizer, model.config.vocab_size) if options.min_len else None
     out: list[list[Translation]] = [[] for _ in encoded]
     for idx in _batches(encoded, batch_size):
@@ -201,6 +233,8 @@ def translate_nbest(
         if options.search == "greedy":
             found = [[Hypothesis(ids, float("nan"), float("nan"))]
                      for ids in greedy_decode(model, src, options, writes)]
+        elif options.search == "sample":
+            found = sample_decode(model, src, options, writes, [pos[i] for i in idx])
         else:
             found = beam_search(model, src, options, writes)
         for i, hyps in zip(idx, found):
@@ -212,16 +246,17 @@ def translate_nbest(
 
 def translate(
     model, tokenizer, sentences, options: DecodeOptions | None = None, *, batch_size=32,
-    progress=None, **settings,
+    progress=None, positions=None, **settings,
 ) -> list[str]:
-    """The best translation of each sentence (``""`` for an empty one), decoded as
-    ``options`` (else ``TRANSLATE``, with the fields named in ``settings``) say.
-    ``progress``: called with the number of sentences of each batch once it is decoded."""
-    options = options_of(options, TRANSLATE, settings).replace(nbest=1)
+    """The best translation of each sentence (``""`` for an empty one), or its first
+    sample, decoded as ``options`` (else ``TRANSLATE``, with the fields named in
+    ``settings``) say. ``progress``: called with the number of sentences of each batch
+    once it is decoded; ``positions``: as ``translate_nbest``'s."""
+    options = options_of(options, TRANSLATE, settings).replace(nbest=1, samples=1)
     nb = translate_nbest(model, tokenizer, sentences, options, batch_size=batch_size,
-                         progress=progress)
+                         progress=progress, positions=positions)
     return [t[0].text if t else "" for t in nb]
 
 
-__all__ = ["CHUNK_SIZE", "TRANSLATE", "SourceCheck", "Translation", "chunked", "translate",
-           "translate_nbest"]
+__all__ = ["CHUNK_SIZE", "TRANSLATE", "SourceCheck", "Translation", "chunked", "one_line",
+           "translate", "translate_nbest"]

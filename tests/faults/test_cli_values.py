@@ -218,9 +218,17 @@ FLAG_VALUES = [
     (["generate", "--checkpoint", NONE, "--temperature", "-1"], "argument --temperature"),
     (
         ["generate", "--checkpoint", NONE, "--num", "0"],
-        "argument --num: must be a whole number >= 1",
+        "argument --samples/--num: must be a whole number >= 1",
     ),
-    (["generate", "--checkpoint", NONE, "--num", "-1"], "argument --num"),
+    (["generate", "--checkpoint", NONE, "--samples", "-1"], "argument --samples/--num"),
+    (
+        ["generate", "--checkpoint", NONE, "--top-p", "0"],
+        "argument --top-p: must be a finite number > 0 and <= 1",
+    ),
+    (["generate", "--checkpoint", NONE, "--top-p", "1.5"], "argument --top-p"),
+    (["generate", "--checkpoint", NONE, "--min-new", "-1"], "argument --min-new"),
+    (["translate", "--checkpoint", NONE, "--top-p", "nan"], "argument --top-p"),
+    (["translate", "--checkpoint", NONE, "--samples", "0"], "argument --samples"),
     (
         ["generate", "--checkpoint", NONE, "--max-new", "0"],
         "argument --max-new: must be a whole number >= 1",
@@ -358,7 +366,8 @@ def test_dev_and_test_shares_leaving_no_training_data(refused):
 
 
 @pytest.mark.parametrize(
-    "command, setting", [("train", "train.max_tokens"), ("translate", "--batch-size or --beam")]
+    "command, setting",
+    [("train", "train.max_tokens"), ("translate", "--batch-size, --beam or --samples")],
 )
 def test_out_of_gpu_memory_is_one_line_naming_the_setting(monkeypatch, capsys, command, setting):
     """CuPy's OutOfMemoryError (it imports without a GPU) as one line: where, CuPy's

@@ -227,9 +227,10 @@ def test_sampling_is_seeded_and_respects_top_k_and_temperature():
     assert a == generate(m, [BOS, 5, 6], max_new_tokens=10, temperature=0.8, top_k=3, seed=1)
     assert all(t not in (PAD, BOS, EOS) for t in a[0]) and len(a[0]) <= 10
     logits = B.asarray(np.array([[0.0, 1.0, 5.0, 4.0, 3.0, -1.0]] * 200))
-    draws = sample_next(logits, 1.0, 2, np.random.default_rng(0))
+    u = np.random.default_rng(0).random(200)
+    draws = sample_next(logits, 1.0, 2, 1.0, u)
     assert set(draws.tolist()) == {2, 3}  # top-2 only
-    assert (sample_next(logits, 0.0, 0, np.random.default_rng(0)) == 2).all()  # greedy
+    assert (sample_next(logits, 0.0, 0, 1.0, u) == 2).all()  # greedy
 
 
 # -- configuration and the factory -----------------------------------------------------------------

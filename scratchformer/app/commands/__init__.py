@@ -93,13 +93,50 @@ def add_decoding_flags(p, chunk_size: int) -> None:
     )
 
 
+#: the sampling flags (``add_sampling_flags``) and the ``DecodeOptions`` field of each
+SAMPLING_FLAGS = {"--temperature": "temperature", "--top-k": "top_k", "--top-p": "top_p",
+                  "--seed": "seed", "--samples": "samples"}
+
+
+def add_sampling_flags(p, defaults: dict | None = None, samples_aliases=()) -> None:
+    """The flags of sampling, one grammar for translate and generate: ``--temperature``,
+    ``--top-k``, ``--top-p``, ``--seed``, ``--samples`` (``DecodeOptions``' fields of the
+    same names). ``defaults`` (by field) where the command has its own; without them
+    every flag defaults to None, so that a command can tell the flags given."""
+    d = defaults or {}
+    p.add_argument("--temperature", type=number(lo=0), default=d.get("temperature"),
+                   help=f"divide the logits by T before sampling (0: greedy; default "
+                        f"{d.get('temperature', 1.0):g})")
+    p.add_argument("--top-k", type=NONNEGATIVE, default=d.get("top_k"),
+                   help="sample among the k most likely tokens (0: all, the default)")
+    p.add_argument("--top-p", type=number(above=0, hi=1), default=d.get("top_p"),
+                   help="sample among the most likely tokens whose probability reaches p "
+                        "(nucleus; 1: all, the default)")
+    p.add_argument("--seed", type=NONNEGATIVE, default=d.get("seed"),
+                   help="sampling seed (default 0): an input's samples depend on it and "
+                        "the input's line number alone")
+    p.add_argument("--samples", *samples_aliases, dest="samples", type=COUNT,
+                   default=d.get("samples"), help="samples per input (default 1)")
+
+
+def sampling_given(args) -> list[str]:
+    """The sampling flags given on the command line (those not left at None)."""
+    return [f for f, field in SAMPLING_FLAGS.items() if getattr(args, field, None) is not None]
+
+
 def decode_options(args) -> DecodeOptions:
     """The ``DecodeOptions`` the decoding flags ask for (``add_decoding_flags``; translate's
-    ``--nbest`` and ``--no-repeat-ngram`` where it has them)."""
+    ``--nbest``, ``--no-repeat-ngram``, ``--sample`` and the sampling flags where it has
+    them)."""
+    sample = getattr(args, "sample", False)
+    given = {field: getattr(args, field) for field in SAMPLING_FLAGS.values()
+             if getattr(args, field, None) is not None}
     return DecodeOptions(
-        search="greedy" if args.greedy else "beam", beam_size=args.beam, alpha=args.alpha,
-        nbest=getattr(args, "nbest", 1), max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-        min_len=args.min_len, no_repeat_ngram_size=getattr(args, "no_repeat_ngram", 0),
+        search="sample" if sample else "greedy" if args.greedy else "beam",
+        beam_size=args.beam, alpha=args.alpha, nbest=getattr(args, "nbest", 1),
+        max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len,
+        no_repeat_ngram_size=getattr(args, "no_repeat_ngram", 0),
+        **(given if sample else {}),
     )
 
 

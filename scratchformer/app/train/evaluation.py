@@ -23,7 +23,7 @@ import math
 from scratchformer.app import distributed
 from scratchformer.app.data.batching import collate
 from scratchformer.engine import backend
-from scratchformer.engine.decode import DecodeOptions, beam_search, greedy_decode
+from scratchformer.engine.decode import DecodeOptions, beam_search, greedy_decode, sample_decode
 from scratchformer.engine.ops.loss import cross_entropy
 
 
@@ -82,8 +82,9 @@ def decode_outputs(
     model, sources, options: DecodeOptions, batch_size: int = 64, progress=None, world=None
 ) -> list[list[int]]:
     """Decode ``sources`` (lists of ids) as ``options`` say: beam search (its best
-    hypothesis) or greedy; returns the output ids of each, in order. ``progress``:
-    called with the number of sources decoded as batches finish.
+    hypothesis), greedy, or a sample (the first, seeded by the source's index); returns
+    the output ids of each, in order. ``progress``: called with the number of sources
+    decoded as batches finish.
     Sources are batched by length (the searches do not depend on the batch).
 
     ``world``: the ranks that decode together (``distributed.World``; one process when
@@ -101,6 +102,9 @@ def decode_outputs(
         src = backend.asarray(collate([(sources[i], []) for i in idx]).src)
         if options.search == "beam":
             outs = [list(h[0].tokens) for h in beam_search(model, src, options)]
+        elif options.search == "sample":  # each source's first sample, seeded by its index
+            found_n = sample_decode(model, src, options.replace(samples=1), positions=idx)
+            outs = [list(h[0].tokens) for h in found_n]
         else:
             outs = [list(y) for y in greedy_decode(model, src, options)]
         found.update(zip(idx, outs))
