@@ -53,12 +53,32 @@ def diagnosis(output: str) -> str:
     return "\n".join(keep)
 
 
+_LABELS: dict = {}
+
+
+def labels(exercise: str) -> list[str]:
+    """The exercise's input labels (seed 1), longest first: words in them ("dropout
+    0.25", "eps 0.1") say which input, not what is wrong."""
+    if exercise not in _LABELS:
+        from scratchformer.exercises import EXERCISES
+        from scratchformer.exercises.spec import drawing
+
+        with drawing(1):
+            found = EXERCISES[exercise].case_labels()
+        _LABELS[exercise] = sorted(found, key=len, reverse=True)
+    return _LABELS[exercise]
+
+
 def classify(entry: dict, rc: int, output: str) -> tuple[str, str]:
     diag = diagnosis(output)
     rejected = rc != 0 and "verdict: FAILED" in output
     if not rejected:
         return "accepted", diag
     flat = " ".join(diag.split())
+    # the file's name and the inputs' labels are not the diagnosis's words
+    flat = flat.replace(f"wrong_passes/{entry['file']}", "<file>")
+    for label in labels(entry["exercise"]):
+        flat = flat.replace(" ".join(label.split()), "<input>")
     if any(re.search(p, flat, re.I) for p in entry["named"]):
         return "named", diag
     if any(re.search(p, flat, re.I) for p in entry["pointed"]):
@@ -71,7 +91,17 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="name of the result files (before, after)")
     ap.add_argument("--pause", type=float, default=0.0, help="seconds between checks")
     ap.add_argument("--only", default="", help="comma-separated numbers of passes")
+    ap.add_argument("--reclassify", action="store_true",
+                    help="classify the outputs stored in <out>.json again (no check is run)")
     args = ap.parse_args()
+    if args.reclassify:
+        stored = json.loads((HERE / f"{args.out}.json").read_text())["results"]
+        results = []
+        for r in stored:
+            cls, diag = classify(r, r["rc"], r["output"])
+            results.append({**r, "class": cls, "diagnosis": diag})
+        write(args.out, results)
+        return
     manifest = json.loads((SET / "manifest.json").read_text())
     only = {int(n) for n in args.only.split(",") if n}
     env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
@@ -92,12 +122,16 @@ def main() -> None:
         print(f"{i:3d} {cls:8s} {entry['file']}", flush=True)
         if args.pause:
             time.sleep(args.pause)
+    write(args.out, results)
+
+
+def write(out: str, results: list) -> None:
     counts = {c: sum(r["class"] == c for r in results)
               for c in ("named", "pointed", "unnamed", "accepted")}
     n = len(results)
-    (HERE / f"{args.out}.json").write_text(
+    (HERE / f"{out}.json").write_text(
         json.dumps({"counts": counts, "n": n, "results": results}, indent=1) + "\n")
-    lines = [f"# {args.out}: {n} wrong passes", "",
+    lines = [f"# {out}: {n} wrong passes", "",
              f"rejected {n - counts['accepted']}/{n} "
              f"({100 * (n - counts['accepted']) / max(n, 1):.0f}%), "
              f"named {counts['named']} ({100 * counts['named'] / max(n, 1):.0f}%), "
@@ -109,7 +143,7 @@ def main() -> None:
         first = (r["diagnosis"].splitlines() or [""])[0].replace("|", "\\|")[:160]
         lines.append(f"| {r['file'][:2]} | `{r['file']}` | {r['mistake']} | {r['class']} "
                      f"| {first} |")
-    (HERE / f"{args.out}.md").write_text("\n".join(lines) + "\n")
+    (HERE / f"{out}.md").write_text("\n".join(lines) + "\n")
     print(lines[2])
 
 
