@@ -7,8 +7,9 @@ For each file of wrong_passes/ (listed in wrong_passes/manifest.json), one check
 fresh process (``--seed 1 --no-progress``, the same drawn shapes every run), then:
 
 - rejected: the verdict line says FAILED and the status is not 0;
-- named: the diagnosis (the ``found:``, ``recognised:``, ``broken:`` ... lines of the
-  output, not the hints, not the tables of entries) matches one of the manifest's
+- named: the diagnosis (the ``found:``, ``recognised:``, ``broken:`` lines and the
+  one-line messages of the output, not the hints, not the tables; the file's name and
+  the inputs' labels taken out) matches one of the manifest's
   ``named`` patterns: it says what the mistake is;
 - pointed: not named, but the diagnosis matches one of the ``pointed`` patterns: it
   names the wrong term, input, gradient or line without saying what is wrong there;
@@ -37,14 +38,22 @@ NOT_DIAGNOSIS = ("hint", "look for", "not a mistake we know")
 
 
 def diagnosis(output: str) -> str:
-    """The labelled lines of the output that say what was found, with their continuations."""
+    """The lines of the output that say what was found (``found:``, ``recognised:``,
+    ``broken:``, a one-line message), with their continuations: not the table of
+    gradients, not the entries, not the hints."""
     keep, on = [], False
     for line in output.splitlines():
-        m = LABEL.match(line)
-        if m:
-            on = m.group(1).strip().lower() not in NOT_DIAGNOSIS
+        if line.startswith("  ") and not line.startswith("   "):
+            text = line.strip()
+            m = LABEL.match(line)
+            label = m.group(1).strip().lower() if m else ""
+            on = not (
+                label in NOT_DIAGNOSIS
+                or text.startswith(("checked on ", "FAILED (", "PASSED (", "your code printed"))
+                or re.match(r"^\S+ is wrong at \d+ of \d+ entries", text)
+            )
             if on:
-                keep.append(line.strip())
+                keep.append(text)
             continue
         if on and line.startswith("        "):
             keep.append(line.strip())
