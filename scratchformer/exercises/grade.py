@@ -33,7 +33,7 @@ from pathlib import Path
 
 from scratchformer.engine import backend
 from scratchformer.engine.parity import relative_error
-from scratchformer.exercises import generic, shortcuts
+from scratchformer.exercises import generic, shortcuts, terms
 from scratchformer.exercises.guard import ChangedInput
 from scratchformer.exercises.spec import (
     DRAWN,
@@ -273,10 +273,16 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool, text=None) -> None
         if not all(ok for _, _, ok in g.rows):
             g.status = FAILING
             bad = [name for name, _, ok in g.rows if not ok]
-            if not g.diagnosis:
+            whole = bool(g.diagnosis)  # a catalogued mistake, equal on every input
+            if not whole:
                 g.diagnosis = diagnose_parts(ex, mine, ref, outputs, bad)
-            # what the numbers themselves say (a sign, a factor, ...) comes first
-            g.diagnosis = generic.diagnose(ex, mine, ref, bad, ex.facts()) + g.diagnosis
+            # what the numbers themselves say (a sign, a factor, ...) comes first, then
+            # (no mistake of the catalogue being the whole of it) the term that is wrong
+            facts = ex.facts()
+            found = generic.diagnose(ex, mine, ref, bad, facts)
+            if not whole:
+                found = terms.with_terms(ex, mine, ref, bad, facts, found)
+            g.diagnosis = found + g.diagnosis
             return
     if ex.kind == "layer" and not _all_same(mine, ref):
         lost = [k for k in ref[0] if not _all_same(mine, ref, [k])]
@@ -348,6 +354,9 @@ def report(g: Grade) -> list[str]:
 
 
 def _named(mistake: Mistake, tensors) -> list[str]:
+    if mistake.name.startswith("terms:"):  # the reference with one term changed
+        return [*_wrap(f"found: your {', '.join(tensors)}: {mistake.says}"),
+                *_wrap(f"look for: {mistake.hint}")]
     if mistake.name.startswith("generic:"):  # read off the numbers, not the catalogue
         return [*_wrap(f"found: {mistake.says}"), *_wrap(f"look for: {mistake.hint}")]
     part = f" (your {', '.join(tensors)})" if tensors else ""
