@@ -163,10 +163,16 @@ def structure(ex: Exercise, mine: list, ref: list) -> str:
         for k, want in r.items():
             got = m[k]
             if tuple(got.shape) != tuple(want.shape):
-                return (
+                said = (
                     f"{k} has shape {tuple(got.shape)}; expected {tuple(want.shape)}, the shape "
                     f"of {_of(k)}"
                 )
+                for k2, want2 in r.items():  # two results each of the other's shape
+                    if (k2 != k and k2 in m and tuple(want2.shape) == tuple(got.shape)
+                            and tuple(m[k2].shape) == tuple(want.shape)):
+                        return (f"{said}: {k} and {k2} swapped (each has the other's shape; "
+                                "return them in the docstring's order)")
+                return said
             if got.dtype != want.dtype:
                 return f"{k} has dtype {got.dtype}; expected {want.dtype}, the dtype of {_of(k)}"
             if not bool(backend.xp.isfinite(got).all()):
@@ -263,6 +269,9 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool, text=None) -> None
     if problem or g.diagnosis:
         g.status, g.message = FAILING, problem
         if problem:
+            if ex.kind == "optimizer" and not g.diagnosis and "NaN" in problem:
+                # Adam's steps compare NaN with NaN: which change of the update made it
+                g.diagnosis = terms.with_terms(ex, mine, ref, list(ex.gradients), [], [])
             return
     problem = dtype_problem(ex, code)
     if problem:
@@ -280,8 +289,10 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool, text=None) -> None
             # (no mistake of the catalogue being the whole of it) the term that is wrong
             facts = ex.facts()
             found = generic.diagnose(ex, mine, ref, bad, facts)
-            if not whole:
-                found = terms.with_terms(ex, mine, ref, bad, facts, found)
+            if not whole:  # the gradients no catalogued mistake's part names
+                parts = {t for _, tensors in g.diagnosis for t in tensors or ()}
+                rest = [t for t in bad if t not in parts]
+                found = terms.with_terms(ex, mine, ref, rest, facts, found)
             g.diagnosis = found + g.diagnosis
             return
     if ex.kind == "layer" and not _all_same(mine, ref):

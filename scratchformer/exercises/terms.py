@@ -132,10 +132,10 @@ def _coefficients(diffs: list, parts: list, scales: list) -> list | None:
     return found
 
 
-def _how(coefs: list, sizes: list, term: Term, labels: list) -> str | None:
+def _how(coefs: list, sizes: list, term: Term, labels: list, named_only: bool) -> str | None:
     """The words for a term scaled by ``coefs`` (per input, None where it does not
-    appear): dropped, twice, the wrong sign, a size, or a constant; None if the
-    coefficients follow no one rule."""
+    appear): dropped, twice, the wrong sign, a size, or (``named_only`` False) a
+    constant; None if the coefficients follow no one rule."""
     on = [(a, s, lab) for a, s, lab in zip(coefs, sizes, labels) if a is not None]
     if not on:
         return None
@@ -158,7 +158,8 @@ def _how(coefs: list, sizes: list, term: Term, labels: list) -> str | None:
         names = here if names is None else [n for n in names if n in here]
     if names:
         return f"is multiplied by {' or '.join(names[:2])}{where}"
-    if all(math.isclose(a, changed[0][0], rel_tol=1e-6) for a, _, _ in changed):
+    if not named_only and all(math.isclose(a, changed[0][0], rel_tol=1e-6)
+                              for a, _, _ in changed):
         return f"is multiplied by {changed[0][0]:.4g}{where}"
     return None
 
@@ -203,16 +204,18 @@ def diagnose(ex, ts: TermSet, mine: list, ref: list, wrong: list, facts: list) -
             continue
         diffs = [m[i] - r[i] for i in keep]
         scales = [_size(m[i], r[i]) for i in keep]
-        said = _by_term(ex, ts, t, keep, r, diffs, scales, sizes, labels, without, link)
-        if said is None:
-            said = _by_swap(ts, t, keep, r, diffs, scales, swapped, link)
+        # a swapped input first (the most particular), then a term changed in a way
+        # that has a name, then a term multiplied by a number that has none
+        args = (ts, t, keep, r, diffs, scales, sizes, labels, without, link)
+        said = (_by_swap(ts, t, keep, r, diffs, scales, swapped, link)
+                or _by_term(*args, named_only=True) or _by_term(*args, named_only=False))
         if said is not None:
             found.setdefault(said, []).append(t)
     return [(Mistake(f"terms:{i}", says, hint, {}), tensors)
             for i, ((says, hint), tensors) in enumerate(found.items())]
 
 
-def _by_term(ex, ts, t, keep, r, diffs, scales, sizes, labels, without, link):
+def _by_term(ts, t, keep, r, diffs, scales, sizes, labels, without, link, named_only):
     for term in ts.terms:
         outs = without(term.key)
         if outs is None:
@@ -230,7 +233,7 @@ def _by_term(ex, ts, t, keep, r, diffs, scales, sizes, labels, without, link):
             continue
         coefs = [None if b is None else 1.0 + b for b in bs]
         how = _how(coefs, [sizes[i] if i < len(sizes) else {} for i in keep], term,
-                   [labels[i] for i in keep])
+                   [labels[i] for i in keep], named_only)
         if how is None:
             continue
         says = f"{term.says} {how}"
@@ -275,16 +278,21 @@ WEAK = ("generic:some-inputs", "generic:row-factor")
 
 
 def _strong(m: Mistake) -> bool:
-    """A generic finding that names the mistake already (a sign, zeros, swapped outputs,
-    a factor it could name, masked entries, repeated ids)."""
-    if m.name in WEAK:
-        return False
-    return m.name != "generic:factor" or ": the factor is" in m.says
+    """A generic finding that says what is wrong (a sign, zeros, swapped outputs, a
+    constant factor, masked entries, repeated ids), not only where."""
+    return m.name not in WEAK
 
 
 def with_terms(ex, mine: list, ref: list, wrong: list, facts: list, generic: list) -> list:
     """``generic``'s findings, with each wrong gradient that none of them names read as
     the reference with one term changed; a term's name replaces what only said where."""
+    if ex.kind == "optimizer":  # Adam: no terms, its moments compared step by step
+        from scratchformer.exercises import adam_steps
+
+        found = adam_steps.diagnose(ex, mine, ref)
+        if len(found) > 1:  # one change of the update gives the learner's numbers
+            return [(m, tensors) for m, tensors in generic if _strong(m)] + found
+        return found + generic
     ts = term_set(ex.name)
     if ts is None:
         return generic

@@ -116,13 +116,15 @@ def _encoder(k):
     def encoder_layer_backward(self, dout, cache):
         c = cache.ffn
         dx, df = self.ffn_norm.exit_backward(dout, c.exit)
-        sub = self.ffn_norm.enter_backward(self.ffn.backward(df, c.sublayer), c.enter)
-        dx = k("ffn-residual") * dx + k("ffn-sub") * sub
+        sub = self.ffn_norm.enter_backward(k("ffn-sub") * self.ffn.backward(df, c.sublayer),
+                                           c.enter)
+        dx = k("ffn-residual") * dx + sub
         c = cache.self_attn
         dx_res, da = self.self_attn_norm.exit_backward(dx, c.exit)
         da_q, da_kv = self.self_attn.backward(da, c.sublayer)
-        sub = self.self_attn_norm.enter_backward(k("queries") * da_q + k("kv") * da_kv, c.enter)
-        return k("attn-residual") * dx_res + k("attn-sub") * sub
+        sub = self.self_attn_norm.enter_backward(
+            k("attn-sub") * (k("queries") * da_q + k("kv") * da_kv), c.enter)
+        return k("attn-residual") * dx_res + sub
 
     return {"encoder_layer_backward": encoder_layer_backward}
 
@@ -144,18 +146,20 @@ def _decoder(k):
     def decoder_layer_backward(self, dout, cache):
         c = cache.ffn
         dy, df = self.ffn_norm.exit_backward(dout, c.exit)
-        sub = self.ffn_norm.enter_backward(self.ffn.backward(df, c.sublayer), c.enter)
-        dy = k("ffn-residual") * dy + k("ffn-sub") * sub
+        sub = self.ffn_norm.enter_backward(k("ffn-sub") * self.ffn.backward(df, c.sublayer),
+                                           c.enter)
+        dy = k("ffn-residual") * dy + sub
         c = cache.cross_attn
         dy_res, dx = self.cross_attn_norm.exit_backward(dy, c.exit)
         dx_q, dmemory = self.cross_attn.backward(dx, c.sublayer)
-        sub = self.cross_attn_norm.enter_backward(dx_q, c.enter)
-        dy = k("cross-residual") * dy_res + k("cross-sub") * sub
+        sub = self.cross_attn_norm.enter_backward(k("cross-sub") * dx_q, c.enter)
+        dy = k("cross-residual") * dy_res + sub
         c = cache.self_attn
         dy_res, da = self.self_attn_norm.exit_backward(dy, c.exit)
         da_q, da_kv = self.self_attn.backward(da, c.sublayer)
-        sub = self.self_attn_norm.enter_backward(k("queries") * da_q + k("kv") * da_kv, c.enter)
-        return k("self-residual") * dy_res + k("self-sub") * sub, k("dmemory") * dmemory
+        sub = self.self_attn_norm.enter_backward(
+            k("self-sub") * (k("queries") * da_q + k("kv") * da_kv), c.enter)
+        return k("self-residual") * dy_res + sub, k("dmemory") * dmemory
 
     return {"decoder_layer_backward": decoder_layer_backward}
 

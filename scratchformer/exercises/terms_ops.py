@@ -102,7 +102,8 @@ GELU = TermSet(
     _gelu,
     terms=(Term("first", "the first term of GELU's derivative, 0.5 (1 + t) (the product "
                 "rule's derivative of x),"),
-           Term("second", _SECOND)),
+           Term("second", _SECOND, known=((lambda s: 1.0 / _GELU_C, "1/sqrt(2/pi): the "
+                                             "constant c = sqrt(2/pi) of du/dx left out"),))),
     swaps=(Swap("1-t", f"tanh's derivative written 1 - t in {_SECOND} where it is 1 - t^2"),
            Swap("1+t2", f"tanh's derivative written 1 + t^2 in {_SECOND} where it is 1 - t^2"),
            Swap("no-3", "du/dx without the 3 of d(x^3)/dx = 3x^2: c (1 + a x^2) for c (1 + 3 a "
@@ -140,8 +141,8 @@ EMBEDDING = TermSet(
     terms=(Term("dE", "dE = the sum of dout over the positions of each id"),),
     swaps=(Swap("fancy", "dE[ids] += dout: a repeated id keeps one of its positions' "
                 "gradients, where the sum rule adds them all"),
-           Swap("mean", "each row of dE divided by how often its id occurs: the mean of its "
-                "positions' gradients, not their sum"),
+           Swap("mean", "each row of dE divided by its id's number of occurrences: the mean "
+                "of its positions' gradients, not their sum"),
            Swap("pad", "the padding row not zeroed: it is a constant and gets no gradient")),
     sums={"dE": ("dE",)},
 )
