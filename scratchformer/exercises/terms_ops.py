@@ -97,15 +97,16 @@ def _gelu(k):
     return {"gelu_backward": gelu_backward}
 
 
-_SECOND = "the second term of GELU's derivative, 0.5 x (1 - t^2) du/dx,"
+_SECOND = "the second term of GELU's derivative, 0.5 x (1 - t^2) du/dx"
 GELU = TermSet(
     _gelu,
     terms=(Term("first", "the first term of GELU's derivative, 0.5 (1 + t) (the product "
                 "rule's derivative of x),"),
-           Term("second", _SECOND, known=((lambda s: 1.0 / _GELU_C, "1/sqrt(2/pi): the "
+           Term("second", f"{_SECOND},", known=((lambda s: 1.0 / _GELU_C, "1/sqrt(2/pi): the "
                                              "constant c = sqrt(2/pi) of du/dx left out"),))),
-    swaps=(Swap("1-t", f"tanh's derivative written 1 - t in {_SECOND} where it is 1 - t^2"),
-           Swap("1+t2", f"tanh's derivative written 1 + t^2 in {_SECOND} where it is 1 - t^2"),
+    swaps=(Swap("1-t", f"tanh's derivative written 1 - t in {_SECOND}, where it is 1 - t^2"),
+           Swap("1+t2", f"tanh's derivative written 1 + t^2 in {_SECOND}, where it is "
+                "1 - t^2"),
            Swap("no-3", "du/dx without the 3 of d(x^3)/dx = 3x^2: c (1 + a x^2) for c (1 + 3 a "
                 "x^2), in the second term"),
            Swap("no-c", "du/dx without the constant c = sqrt(2/pi): 1 + 3 a x^2 for c (1 + 3 a "

@@ -128,3 +128,43 @@ def test_sizes_are_named_with_their_powers():
 def test_softmax_reference_is_untouched():
     """The engine's backward passes are not the terms': they stay as they were."""
     assert softmax.softmax_backward.__module__ == "scratchformer.engine.ops.softmax"
+
+
+def test_adams_moments_are_compared_step_by_step_and_the_change_named():
+    ex = EXERCISES["adam"]
+    xp = backend.xp
+
+    def v_hat_uncorrected(theta, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9):
+        m *= beta1
+        m += (1 - beta1) * g
+        v *= beta2
+        v += (1 - beta2) * g * g
+        theta -= lr * (m / (1 - beta1**t)) / (xp.sqrt(v) + eps)
+
+    g = grade(ex, {"adam_update": v_hat_uncorrected}, seed=1)
+    text = " ".join(" ".join(report(g)).split())
+    assert "m right at every step, v right at every step, theta wrong from step 1" in text, text
+    assert "v-hat uncorrected: v used for v_hat" in text, text
+
+    def v_with_g(theta, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9):
+        m *= beta1
+        m += (1 - beta1) * g
+        v *= beta2
+        v += (1 - beta2) * g  # NaN under the root where v < 0: named all the same
+        theta -= lr * (m / (1 - beta1**t)) / (xp.sqrt(v / (1 - beta2**t)) + eps)
+
+    g = grade(ex, {"adam_update": v_with_g}, seed=1)
+    text = " ".join(" ".join(report(g)).split())
+    assert "v updated with g where it takes g^2" in text, text
+
+
+def test_two_results_of_each_others_shape_are_said_swapped():
+    ex = EXERCISES["multi_head_attention"]
+    engine = ex.engine()["multi_head_attention_backward"]
+
+    def swapped(self, dout, cache):
+        dx_q, dx_kv = engine(self, dout, cache)
+        return dx_kv, dx_q
+
+    g = grade(ex, {"multi_head_attention_backward": swapped}, seed=1)
+    assert "dx_q and dx_kv swapped (each has the other's shape" in g.message, g.message
