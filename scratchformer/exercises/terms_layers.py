@@ -139,6 +139,7 @@ ENCODER_LAYER = TermSet(
            Term("attn-residual", "the self-attention block's residual path"),
            Term("attn-sub", "the self-attention sub-layer's path (enter_backward(da_q + "
                 "da_kv))")),
+    sums={"dx": ("attn-residual", "attn-sub")},
 )
 
 
@@ -175,6 +176,7 @@ DECODER_LAYER = TermSet(
            Term("self-residual", "the self-attention block's residual path"),
            Term("self-sub", "the self-attention sub-layer's path (enter_backward(da_q + "
                 "da_kv))")),
+    sums={"dy": ("self-residual", "self-sub"), "dmemory": ("dmemory",)},
 )
 
 __all__ = ["ADD_NORM", "DECODER_LAYER", "ENCODER_LAYER", "FFN", "MULTI_HEAD_ATTENTION"]
