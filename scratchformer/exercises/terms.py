@@ -172,10 +172,6 @@ def _outputs(ex, code: dict):
         return None
 
 
-def _pairs(outs: list, t: str) -> list:
-    return [_np(o[t]) if t in o else None for o in outs]
-
-
 def diagnose(ex, ts: TermSet, mine: list, ref: list, wrong: list, facts: list) -> list:
     """``[(Mistake, [tensors])]``: for each wrong gradient, the one term whose change
     (dropped, twice, the wrong sign, a size) or the one swapped input explains it on
