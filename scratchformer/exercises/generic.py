@@ -239,7 +239,8 @@ def _factor_mistake(t: str, cs: list, facts: list, link: str) -> Mistake:
         look = f"a scale applied twice, missing or inverted, a sum for a mean ({link})"
     if "2" in causes:
         look = f"a gradient added twice, or a 1/2 missing ({link})"
-    return _generic("factor", says, look)
+    # a factor that differs between the inputs and matches no size says where, not what
+    return _generic("factor" if causes or len(values) == 1 else "factors", says, look)
 
 
 def _size_causes(cs: list, facts: list) -> list[str]:

@@ -270,7 +270,7 @@ def term_set(name: str) -> TermSet | None:
 
 
 #: generic findings a term's name replaces: they say where, not what
-WEAK = ("generic:some-inputs", "generic:row-factor")
+WEAK = ("generic:some-inputs", "generic:row-factor", "generic:factors")
 
 
 def _strong(m: Mistake) -> bool:
