@@ -19,6 +19,7 @@ import math
 
 from scratchformer.engine import backend, dispatch
 from scratchformer.exercises.spec import MATCH_TOL, Mistake
+from scratchformer.exercises.terms import size_names
 
 #: how close a factor must be to a known scale to be named after it
 FACTOR_TOL = 1e-6
@@ -245,8 +246,6 @@ def _factor_mistake(t: str, cs: list, facts: list, link: str) -> Mistake:
 
 def _size_causes(cs: list, facts: list) -> list[str]:
     """The sizes of the inputs that ``c`` is on every input where it is not 1."""
-    from scratchformer.exercises.terms import size_names
-
     names = None
     for c, fact in zip(cs, facts):
         if math.isclose(c, 1.0, rel_tol=1e-6):

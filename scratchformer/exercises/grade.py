@@ -32,12 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scratchformer.engine import backend
-from scratchformer.engine.parity import relative_error
-from scratchformer.exercises import generic, shortcuts, terms
+from scratchformer.exercises import generic, shortcuts, term_sets
 from scratchformer.exercises.guard import ChangedInput
 from scratchformer.exercises.spec import (
     DRAWN,
-    MATCH_TOL,
     TOL,
     Exercise,
     LearnerError,
@@ -45,6 +43,7 @@ from scratchformer.exercises.spec import (
     NotWritten,
     Shortcut,
     drawing,
+    same,
 )
 
 PASSING, FAILING, NOT_WRITTEN, BROKEN = "passing", "failing", "not written", "broken"
@@ -97,19 +96,6 @@ class Grade:
 
 
 # -- comparing results -------------------------------------------------------------------
-def same(a, b) -> bool:
-    """Equal shapes, NaN and inf at the same entries, the rest within ``MATCH_TOL``."""
-    np = backend.np
-    a = np.asarray(backend.asnumpy(a), dtype=np.float64)
-    b = np.asarray(backend.asnumpy(b), dtype=np.float64)
-    if a.shape != b.shape:
-        return False
-    fa, fb = np.isfinite(a), np.isfinite(b)
-    if not np.array_equal(fa, fb) or not np.array_equal(a[~fa], b[~fb], equal_nan=True):
-        return False
-    return bool(fa.sum() == 0 or relative_error(a[fa], b[fb]) <= MATCH_TOL)
-
-
 def _all_same(mine: list, other: list, keys=None) -> bool:
     return all(
         k in m and k in o and same(m[k], o[k])
@@ -271,7 +257,7 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool, text=None) -> None
         if problem:
             if ex.kind == "optimizer" and not g.diagnosis and "NaN" in problem:
                 # Adam's steps compare NaN with NaN: which change of the update made it
-                g.diagnosis = terms.with_terms(ex, mine, ref, list(ex.gradients), [], [])
+                g.diagnosis = term_sets.with_terms(ex, mine, ref, list(ex.gradients), [], [])
             return
     problem = dtype_problem(ex, code)
     if problem:
@@ -292,7 +278,7 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool, text=None) -> None
             if not whole:  # the gradients no catalogued mistake's part names
                 parts = {t for _, tensors in g.diagnosis for t in tensors or ()}
                 rest = [t for t in bad if t not in parts]
-                found = terms.with_terms(ex, mine, ref, rest, facts, found)
+                found = term_sets.with_terms(ex, mine, ref, rest, facts, found)
             g.diagnosis = found + g.diagnosis
             return
     if ex.kind == "layer" and not _all_same(mine, ref):

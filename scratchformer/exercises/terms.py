@@ -258,47 +258,4 @@ def _by_swap(ts, t, keep, r, diffs, scales, swapped, link):
     return None
 
 
-def term_set(name: str) -> TermSet | None:
-    """The exercise ``name``'s backward as named terms, or None."""
-    from scratchformer.exercises import terms_attention, terms_layers, terms_ops
-
-    for module in (terms_ops, terms_attention, terms_layers):
-        found = getattr(module, name.upper(), None)
-        if isinstance(found, TermSet):
-            return found
-    return None
-
-
-#: generic findings a term's name replaces: they say where, not what
-WEAK = ("generic:some-inputs", "generic:row-factor", "generic:factors")
-
-
-def _strong(m: Mistake) -> bool:
-    """A generic finding that says what is wrong (a sign, zeros, swapped outputs, a
-    constant factor, masked entries, repeated ids), not only where."""
-    return m.name not in WEAK
-
-
-def with_terms(ex, mine: list, ref: list, wrong: list, facts: list, generic: list) -> list:
-    """``generic``'s findings, with each wrong gradient that none of them names read as
-    the reference with one term changed; a term's name replaces what only said where."""
-    if ex.kind == "optimizer":  # Adam: no terms, its moments compared step by step
-        from scratchformer.exercises import adam_steps
-
-        found = adam_steps.diagnose(ex, mine, ref)
-        if len(found) > 1:  # one change of the update gives the learner's numbers
-            return [(m, tensors) for m, tensors in generic if _strong(m)] + found
-        return found + generic
-    ts = term_set(ex.name)
-    if ts is None:
-        return generic
-    named = {t for m, tensors in generic if _strong(m) for t in tensors}
-    found = diagnose(ex, ts, mine, ref, [t for t in wrong if t not in named], facts)
-    explained = {t for _, tensors in found for t in tensors}
-    kept = [(m, tensors) for m, tensors in generic
-            if _strong(m) or not set(tensors) <= explained]
-    return kept + found
-
-
-__all__ = ["NONE", "Knob", "Swap", "Term", "TermSet", "diagnose", "size_names", "term_set",
-           "with_terms"]
+__all__ = ["FIT_TOL", "NONE", "Knob", "Swap", "Term", "TermSet", "diagnose", "size_names"]

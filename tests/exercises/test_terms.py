@@ -11,7 +11,8 @@ from scratchformer.engine.ops import activations, layernorm, softmax
 from scratchformer.exercises import EXERCISES
 from scratchformer.exercises.grade import FAILING, grade, report
 from scratchformer.exercises.spec import drawing
-from scratchformer.exercises.terms import NONE, Knob, size_names, term_set
+from scratchformer.exercises.term_sets import term_set
+from scratchformer.exercises.terms import NONE, Knob, size_names
 
 WITH_TERMS = [name for name in EXERCISES if term_set(name) is not None]
 
