@@ -19,6 +19,7 @@ import math
 
 from scratchformer.engine import backend, dispatch
 from scratchformer.exercises.spec import MATCH_TOL, Mistake
+from scratchformer.exercises.terms import size_names
 
 #: how close a factor must be to a known scale to be named after it
 FACTOR_TOL = 1e-6
@@ -73,11 +74,35 @@ def shape_scales(shape) -> dict:
     return {k: v for k, v in found.items() if v > 1}
 
 
+def shape_sizes(shape) -> dict:
+    """The sizes of an array of this shape a gradient is often wrongly scaled by
+    (``terms.size_names`` names their powers: 1/B, sqrt(D), ...)."""
+    found = {}
+    if len(shape) >= 2:
+        found["B (the batch size)"] = float(shape[0])
+        found["N (the rows)"] = float(math.prod(shape[:-1]))
+    if len(shape) >= 1:
+        found["D (the last axis)"] = float(shape[-1])
+    return {k: v for k, v in found.items() if v > 1}
+
+
+#: the sizes read off a cache's arrays: {field: [(axis, "name (gloss)")]}
+_AXES = {
+    "Q": [(-2, "T (the queries)"), (-1, "d_k"), (-3, "H (the heads)")],
+    "K": [(-2, "S (the keys)")],
+    "gamma": [(-1, "D (the last axis)")],
+    "target": [(0, "B (the batch size)")],
+}
+
+
 def cache_facts(cache, path: str = "cache", found: dict | None = None, depth: int = 0) -> dict:
-    """``{"scales": ..., "ids": ...}`` read off a cache's fields: a dropout's scale
-    1/(1-p), the logits' 1/sqrt(d_k), the number of targets, the ids looked up. A cache
-    an op's table made (``dispatch.Cache``) is read through to its implementation's."""
-    found = found if found is not None else {"scales": {}, "ids": None}
+    """``{"scales": ..., "sizes": ..., "ids": ...}`` read off a cache's fields: a
+    dropout's scale 1/(1-p), the logits' 1/sqrt(d_k), the number of targets, the ids
+    looked up; and the sizes (V, T, S, H, d_k, D, 1-p, n_tokens) a term may be scaled
+    by. A cache an op's table made (``dispatch.Cache``) is read through to its
+    implementation's."""
+    found = found if found is not None else {"scales": {}, "sizes": {}, "ids": None}
+    sizes = found.setdefault("sizes", {})
     if isinstance(cache, dispatch.Cache):
         cache = cache.value
     if depth > 4 or not (isinstance(cache, tuple) and hasattr(cache, "_fields")):
@@ -88,10 +113,18 @@ def cache_facts(cache, path: str = "cache", found: dict | None = None, depth: in
             dropout = "dropout" in where or "Dropout" in type(cache).__name__
             name = "1/(1-p)" if dropout else "1/sqrt(d_k)"
             found["scales"][name] = value
+            sizes.setdefault("1-p" if dropout else "d_k", 1.0 / value if dropout else value**-2)
         elif field == "n_tokens":
             found["scales"]["n_tokens (the targets that count)"] = float(_np(value))
+            sizes["n_tokens (the targets that count)"] = float(_np(value))
         elif field == "ids" and backend.is_array(value):
             found["ids"] = backend.np.asarray(backend.asnumpy(value))
+        elif field in ("V", "vocab_size") and isinstance(value, int):
+            sizes.setdefault("V (the vocabulary)", float(value))
+        elif field in _AXES and backend.is_array(value):
+            for axis, name in _AXES[field]:
+                if value.ndim >= (-axis if axis < 0 else axis + 1):
+                    sizes.setdefault(name, float(value.shape[axis]))
         else:
             cache_facts(value, where, found, depth + 1)
     return found
@@ -192,6 +225,8 @@ def _factor_mistake(t: str, cs: list, facts: list, link: str) -> Mistake:
         here = {k: v for k, v in here.items() if v}
         causes = here if causes is None else {k: v for k, v in causes.items() if k in here}
     causes = list((causes or {}).values())
+    if not causes:  # a size of the inputs (V, S, T, B, d_k, n_tokens, D, their roots)
+        causes = _size_causes(cs, facts)
     values = []
     for c in cs:
         if f"{c:.4g}" not in values:
@@ -205,7 +240,19 @@ def _factor_mistake(t: str, cs: list, facts: list, link: str) -> Mistake:
         look = f"a scale applied twice, missing or inverted, a sum for a mean ({link})"
     if "2" in causes:
         look = f"a gradient added twice, or a 1/2 missing ({link})"
-    return _generic("factor", says, look)
+    # a factor that differs between the inputs and matches no size says where, not what
+    return _generic("factor" if causes or len(values) == 1 else "factors", says, look)
+
+
+def _size_causes(cs: list, facts: list) -> list[str]:
+    """The sizes of the inputs that ``c`` is on every input where it is not 1."""
+    names = None
+    for c, fact in zip(cs, facts):
+        if math.isclose(c, 1.0, rel_tol=1e-6):
+            continue
+        here = size_names(c, fact.get("sizes", {}))
+        names = here if names is None else [n for n in names if n in here]
+    return names or []
 
 
 def _only_where(pairs: list, facts: list, t: str) -> Mistake | None:
@@ -250,4 +297,4 @@ def _swapped(mine: list, ref: list, wrong: list, link: str) -> list:
     return found
 
 
-__all__ = ["cache_facts", "diagnose", "shape_scales"]
+__all__ = ["cache_facts", "diagnose", "shape_scales", "shape_sizes"]

@@ -34,12 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scratchformer.engine import backend
-from scratchformer.engine.parity import relative_error
-from scratchformer.exercises import generic, precision, shortcuts
+from scratchformer.exercises import generic, precision, shortcuts, term_sets
 from scratchformer.exercises.guard import ChangedInput
 from scratchformer.exercises.spec import (
     DRAWN,
-    MATCH_TOL,
     TOL,
     Exercise,
     LearnerError,
@@ -47,6 +45,7 @@ from scratchformer.exercises.spec import (
     NotWritten,
     Shortcut,
     drawing,
+    same,
 )
 
 PASSING, FAILING, NOT_WRITTEN, BROKEN = "passing", "failing", "not written", "broken"
@@ -99,19 +98,6 @@ class Grade:
 
 
 # -- comparing results -------------------------------------------------------------------
-def same(a, b) -> bool:
-    """Equal shapes, NaN and inf at the same entries, the rest within ``MATCH_TOL``."""
-    np = backend.np
-    a = np.asarray(backend.asnumpy(a), dtype=np.float64)
-    b = np.asarray(backend.asnumpy(b), dtype=np.float64)
-    if a.shape != b.shape:
-        return False
-    fa, fb = np.isfinite(a), np.isfinite(b)
-    if not np.array_equal(fa, fb) or not np.array_equal(a[~fa], b[~fb], equal_nan=True):
-        return False
-    return bool(fa.sum() == 0 or relative_error(a[fa], b[fb]) <= MATCH_TOL)
-
-
 def _all_same(mine: list, other: list, keys=None) -> bool:
     return all(
         k in m and k in o and same(m[k], o[k])
@@ -168,10 +154,16 @@ def structure(ex: Exercise, mine: list, ref: list) -> str:
         for k, want in r.items():
             got = m[k]
             if tuple(got.shape) != tuple(want.shape):
-                return (
+                said = (
                     f"{k} has shape {tuple(got.shape)}; expected {tuple(want.shape)}, the shape "
                     f"of {_of(k)}"
                 )
+                for k2, want2 in r.items():  # two results each of the other's shape
+                    if (k2 != k and k2 in m and tuple(want2.shape) == tuple(got.shape)
+                            and tuple(m[k2].shape) == tuple(want.shape)):
+                        return (f"{said}: {k} and {k2} swapped (each has the other's shape; "
+                                "return them in the docstring's order)")
+                return said
             if got.dtype != want.dtype:
                 return f"{k} has dtype {got.dtype}; expected {want.dtype}, the dtype of {_of(k)}"
             if not bool(backend.xp.isfinite(got).all()):
@@ -258,6 +250,9 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool, text=None) -> None
     if problem or g.diagnosis:
         g.status, g.message = FAILING, problem
         if problem:
+            if ex.kind == "optimizer" and not g.diagnosis and "NaN" in problem:
+                # Adam's steps compare NaN with NaN: which change of the update made it
+                g.diagnosis = term_sets.with_terms(ex, mine, ref, list(ex.gradients), [], [])
             return
     problem, mine32 = precision.dtype_problem(ex, code, g.path, text)  # float32's dtype
     if problem:
@@ -268,10 +263,18 @@ def _grade(g: Grade, ex: Exercise, code: dict, numeric: bool, text=None) -> None
         if not all(ok for _, _, ok in g.rows):
             g.status = FAILING
             bad = [name for name, _, ok in g.rows if not ok]
-            if not g.diagnosis:
+            whole = bool(g.diagnosis)  # a catalogued mistake, equal on every input
+            if not whole:
                 g.diagnosis = diagnose_parts(ex, mine, ref, outputs, bad)
-            # what the numbers themselves say (a sign, a factor, ...) comes first
-            g.diagnosis = generic.diagnose(ex, mine, ref, bad, ex.facts()) + g.diagnosis
+            # what the numbers themselves say (a sign, a factor, ...) comes first, then
+            # (no mistake of the catalogue being the whole of it) the term that is wrong
+            facts = ex.facts()
+            found = generic.diagnose(ex, mine, ref, bad, facts)
+            if not whole:  # the gradients no catalogued mistake's part names
+                parts = {t for _, tensors in g.diagnosis for t in tensors or ()}
+                rest = [t for t in bad if t not in parts]
+                found = term_sets.with_terms(ex, mine, ref, rest, facts, found)
+            g.diagnosis = found + g.diagnosis
             return
     if ex.kind == "layer" and not _all_same(mine, ref):
         lost = [k for k in ref[0] if not _all_same(mine, ref, [k])]
@@ -347,6 +350,9 @@ def report(g: Grade) -> list[str]:
 
 
 def _named(mistake: Mistake, tensors) -> list[str]:
+    if mistake.name.startswith("terms:"):  # the reference with one term changed
+        return [*_wrap(f"found: your {', '.join(tensors)}: {mistake.says}"),
+                *_wrap(f"look for: {mistake.hint}")]
     if mistake.name.startswith("generic:"):  # read off the numbers, not the catalogue
         return [*_wrap(f"found: {mistake.says}"), *_wrap(f"look for: {mistake.hint}")]
     part = f" (your {', '.join(tensors)})" if tensors else ""

@@ -241,12 +241,18 @@ class LayerExercise(Exercise):
         found = []
         for i, case in enumerate(self._cases()):
             m = self._module(case, "float64", seed=100 + i)
-            scales = generic.shape_scales(case.args("float64")[0].shape)
+            shape = case.args("float64")[0].shape
+            scales = generic.shape_scales(shape)
+            sizes = {}
             for sub in [m, *vars(m).values()]:
                 d_k = getattr(sub, "d_k", None)
                 if isinstance(d_k, int):
                     scales["1/sqrt(d_k)"] = 1.0 / d_k**0.5
-            found.append({"scales": scales, "ids": None})
+                    sizes.setdefault("d_k", float(d_k))
+                if isinstance(getattr(sub, "h", None), int):
+                    sizes.setdefault("H (the heads)", float(sub.h))
+            sizes.update({k: v for k, v in generic.shape_sizes(shape).items() if k not in sizes})
+            found.append({"scales": scales, "sizes": sizes, "ids": None})
         return found
 
     def _named(self, ret, m: Module, before: dict) -> dict:

@@ -177,6 +177,8 @@ class OpExercise(Exercise):
             inputs, _ = self._make(self.backward, case, i, "float64")()
             fact = generic.cache_facts(inputs["cache"])
             fact["scales"].update(generic.shape_scales(inputs["dout"].shape))
+            for k, v in generic.shape_sizes(inputs["dout"].shape).items():
+                fact["sizes"].setdefault(k, v)
             found.append(fact)
         return found
 

@@ -228,6 +228,8 @@ class AttentionExercise(OpExercise):
             out, cache = forward(*case.args, **kwargs)
             fact = generic.cache_facts(cache)
             fact["scales"].update(generic.shape_scales(out.shape))
+            for k, v in generic.shape_sizes(out.shape).items():
+                fact["sizes"].setdefault(k, v)
             found.append(fact)
         return found
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from scratchformer.engine import backend
 from scratchformer.engine.errors import ScratchformerError
 from scratchformer.engine.gradcheck import DEFAULT_H, DEFAULT_TOL
+from scratchformer.engine.parity import relative_error
 
 #: the largest relative error (``max|a - b| / max|b|``) at which a learner's result is
 #: taken to be a catalogued mistake's: rounding apart, the same numbers
@@ -54,6 +55,19 @@ class NotWritten(Exception):
 class Shortcut(LearnerError):
     """The engine's own backward, or finite differences of the learner's own, reached
     while the learner's code ran: the check proves nothing (a failing check)."""
+
+
+def same(a, b) -> bool:
+    """Equal shapes, NaN and inf at the same entries, the rest within ``MATCH_TOL``."""
+    np = backend.np
+    a = np.asarray(backend.asnumpy(a), dtype=np.float64)
+    b = np.asarray(backend.asnumpy(b), dtype=np.float64)
+    if a.shape != b.shape:
+        return False
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    if not np.array_equal(fa, fb) or not np.array_equal(a[~fa], b[~fb], equal_nan=True):
+        return False
+    return bool(fa.sum() == 0 or relative_error(a[fa], b[fb]) <= MATCH_TOL)
 
 
 def file_of(fn) -> str | None:
@@ -332,6 +346,7 @@ __all__ = [
     "file_of",
     "learner_code",
     "rule",
+    "same",
     "source",
     "stub",
     "where_in",
