@@ -43,6 +43,7 @@ from scratchformer.engine import backend
 from scratchformer.engine.backend import np
 from scratchformer.exercises import EXERCISES, files, learner, procs, sandbox, wire
 from scratchformer.exercises import grade as grading
+from scratchformer.exercises.in_process import InProcess
 from scratchformer.exercises.spec import LearnerError, NotWritten, Shortcut, shown
 
 #: seconds the learner's code may run per exercise before it is stopped
@@ -278,8 +279,8 @@ class Session:
         _, result, changed, gone = found
         if not isinstance(changed, dict) or not isinstance(gone, list):
             self._fail(("tampered", "an answer of a form the checker does not know"))
-        _write_back(function, given, changed, gone)
-        return _resolve(result, given)
+        wire.write_back(function, given, changed, gone)
+        return wire.resolve(result, given)
 
     def run(self, job: str):
         """The job ``job`` (see ``jobs``) run in the learner's process: what it returned."""
@@ -428,44 +429,6 @@ class Session:
         return block
 
 
-class InProcess:
-    """``Session``'s interface where fork is not available (or on a GPU backend): the
-    learner's files loaded and run in this process, nothing isolated."""
-
-    def __init__(self, texts: dict, folder=None, limit=None, check=True, keep=(), jobs=None,
-                 stream=None, each=False):
-        self.texts, self.jobs = texts, jobs or {}
-        self.dead, self.notes, self.printed, self.stopped = None, [], [], None
-        self.loaded: dict = {}
-
-    def __enter__(self) -> InProcess:
-        try:
-            for name, (path, text) in self.texts.items():
-                self.loaded[name] = files.load_text(text, Path(path), EXERCISES[name])
-        except LearnerError as e:
-            self.dead = e
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-    def code(self, exercise: str) -> dict:
-        return self.loaded.get(exercise, {})
-
-    @contextlib.contextmanager
-    def plugged(self, names):
-        with contextlib.ExitStack() as stack:
-            for name in names:
-                stack.enter_context(EXERCISES[name].plug(self.code(name)))
-            yield
-
-    def run(self, job: str):
-        return self.jobs[job](self.loaded)
-
-    def printed_block(self, indent: str = "  ") -> list[str]:
-        return []
-
-
 def session(texts: dict, folder, **kw):
     """A ``Session`` for the files ``texts``, or ``InProcess`` where there can be none."""
     return Session(texts, folder, **kw) if available() else InProcess(texts, folder, **kw)
@@ -481,39 +444,6 @@ def tampered(what: str) -> Shortcut:
     graded, so the file fails (a shortcut, not a crash)."""
     return Shortcut(f"your code changed how its process answers the checker ({what}): "
                     "nothing it computes can be graded, so nothing passes while it does")
-
-
-def _write_back(function: str, given: dict, changed: dict, gone: list) -> None:
-    """Into the checker's arrays, what the learner's code wrote into its copies."""
-    if gone:
-        raise LearnerError(f"{function} removed {gone[0]} from what it was given")
-    for name, new in changed.items():
-        slot = given.get(name)
-        if slot is None:
-            continue
-        if isinstance(new, wire.Alias):
-            new = given[new.name][0] if new.name in given else None
-        a = slot[0]
-        if (isinstance(new, np.ndarray) and isinstance(a, np.ndarray) and new.shape == a.shape
-                and new.dtype == a.dtype):
-            if a.flags.writeable:
-                np.copyto(a, new)
-        elif not wire.put(slot, new):
-            raise LearnerError(f"{function} changed the shape or dtype of {name}, which it "
-                               "was given to read")
-
-
-def _resolve(x, given: dict):
-    """The learner's result with each input it returned itself made the checker's."""
-    if isinstance(x, wire.Alias):
-        if x.name not in given:
-            raise LearnerError("your code's process named an input it was not given")
-        return given[x.name][0]
-    if isinstance(x, tuple):
-        return tuple(_resolve(v, given) for v in x)
-    if isinstance(x, list):
-        return [_resolve(v, given) for v in x]
-    return x
 
 
 # -- grading in the learner's process ----------------------------------------------------------

@@ -26,6 +26,7 @@ import struct
 
 from scratchformer.engine import backend, dispatch
 from scratchformer.engine.backend import np
+from scratchformer.exercises.spec import LearnerError
 
 #: the largest message either way (a larger one from the learner's process is refused)
 MAX_MESSAGE = 1 << 30
@@ -276,5 +277,38 @@ def put(slot: tuple, value) -> bool:
     return True
 
 
+def write_back(function: str, given: dict, changed: dict, gone: list) -> None:
+    """Into the checker's arrays, what the learner's code wrote into its copies."""
+    if gone:
+        raise LearnerError(f"{function} removed {gone[0]} from what it was given")
+    for name, new in changed.items():
+        slot = given.get(name)
+        if slot is None:
+            continue
+        if isinstance(new, Alias):
+            new = given[new.name][0] if new.name in given else None
+        a = slot[0]
+        if (isinstance(new, np.ndarray) and isinstance(a, np.ndarray) and new.shape == a.shape
+                and new.dtype == a.dtype):
+            if a.flags.writeable:
+                np.copyto(a, new)
+        elif not put(slot, new):
+            raise LearnerError(f"{function} changed the shape or dtype of {name}, which it "
+                               "was given to read")
+
+
+def resolve(x, given: dict):
+    """The learner's result with each input it returned itself made the checker's."""
+    if isinstance(x, Alias):
+        if x.name not in given:
+            raise LearnerError("your code's process named an input it was not given")
+        return given[x.name][0]
+    if isinstance(x, tuple):
+        return tuple(resolve(v, given) for v in x)
+    if isinstance(x, list):
+        return [resolve(v, given) for v in x]
+    return x
+
+
 __all__ = ["MAX_MESSAGE", "Alias", "Opaque", "WireError", "differs", "put", "read_reply",
-           "read_request", "reply", "request", "slots"]
+           "read_request", "reply", "request", "resolve", "slots", "write_back"]
