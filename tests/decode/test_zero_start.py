@@ -38,7 +38,8 @@ def _batch(seed=0):
     return B.asarray(src), B.asarray(tgt_in), B.asarray(tgt_out)
 
 
-@pytest.mark.parametrize("norm", ["post", pytest.param("pre", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("norm", ["post", "pre"])
 def test_gradient_check(norm):
     """Every parameter against central differences, dropout on, label smoothing 0.1."""
     m = Transformer(TransformerConfig.preset(

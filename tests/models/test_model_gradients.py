@@ -76,7 +76,8 @@ def test_whole_model_every_parameter(norm, share):
     assert [n for n in report_names(report) if "embed" in n or "out_proj" in n] == expected
 
 
-@pytest.mark.parametrize("norm", ["post", pytest.param("pre", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("norm", ["post", "pre"])
 def test_whole_model_learned_positions_gelu(norm):
     """Learned positions (Table 3 row E) in encoder and decoder, GELU feed-forward."""
     m = model(norm=norm, positions="learned", activation="gelu")
@@ -85,7 +86,7 @@ def test_whole_model_learned_positions_gelu(norm):
     assert {"encoder.pos.P", "decoder.pos.P"} <= set(report_names(report))
 
 
-@pytest.mark.parametrize("eps_ls", [0.0, 0.1])
+@pytest.mark.parametrize("eps_ls", [0.0, pytest.param(0.1, marks=pytest.mark.slow)])
 def test_whole_model_without_dropout(eps_ls):
     """Evaluation mode (no generator): plain NLL and label-smoothed loss."""
     m = model(P_drop=0.0, P_drop_attn=0.0, P_drop_ffn=0.0)
@@ -165,7 +166,8 @@ def test_language_model_with_gpt2_options_every_parameter():
     assert "decoder.layers.1.self_attn.b_o" in report_names(report)
 
 
-@pytest.mark.parametrize("norm", ["post", pytest.param("pre", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("norm", ["post", "pre"])
 def test_whole_model_with_attention_biases_unscaled_embeddings(norm):
     """The encoder-decoder with biases on every attention (self and cross) and no
     sqrt(d_model) on its embeddings (Marian scales them, GPT-2 does not)."""

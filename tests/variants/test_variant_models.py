@@ -121,10 +121,8 @@ def test_classifier_every_parameter(attention):
     assert names[-4:] == ["head.dense.W", "head.dense.b", "head.out.W", "head.out.b"]
 
 
-@pytest.mark.parametrize(
-    "attention",
-    [pytest.param(a, marks=pytest.mark.slow) for a in ("relative", "relative_skew")] + ["local"],
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("attention", ["relative", "relative_skew", "local"])
 def test_encoder_decoder_every_parameter_with_a_variant(attention):
     """The Transformer with the variant in its decoder's self-attention (and Shaw in the
     encoder for 'relative')."""
